@@ -1,0 +1,201 @@
+"""Skeleton generation: chapters/chNN_slug/ is made from solutions/chNN_slug/ (design, section 3).
+
+Every block between `# >>> solution` and `# <<< solution` becomes one line,
+`raise NotImplementedError("TODO(chNN): Qualname")`, and the `# TODO(chNN): ...` comment above it
+stays as the task statement. A manifest remembers what was generated, so that regeneration never
+overwrites a file the learner has edited.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.tree import BEGIN_MARK, END_MARK, TODO_LINE, Chapter, all_chapters
+
+MANIFEST = ".skeleton-manifest.json"
+
+
+@dataclass(frozen=True)
+class Stub:
+    chapter: str  # "ch03"
+    qualname: str  # "Qwen3Attention.forward"
+    path: str  # package-relative path of the file holding it
+
+    @property
+    def ident(self) -> str:
+        return f"TODO({self.chapter}): {self.qualname}"
+
+
+class MarkerError(ValueError):
+    pass
+
+
+def _qualname_at(tree: ast.Module, lineno: int) -> str:
+    """Dotted name of the innermost function (and its classes) that contains line `lineno`."""
+    names: list[str] = []
+    body = tree.body
+    while True:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
+                node.lineno <= lineno <= node.end_lineno
+            ):
+                names.append(node.name)
+                body = node.body
+                break
+        else:
+            return ".".join(names)
+
+
+def _blocks(text: str, where: str) -> list[tuple[int, int]]:
+    """(begin, end) 0-based line indexes of every marked block, validated."""
+    lines = text.splitlines()
+    blocks, begin = [], None
+    for i, line in enumerate(lines):
+        if BEGIN_MARK.match(line):
+            if begin is not None:
+                raise MarkerError(f"{where}:{i + 1}: nested '# >>> solution'")
+            begin = i
+        elif END_MARK.match(line):
+            if begin is None:
+                raise MarkerError(f"{where}:{i + 1}: '# <<< solution' without a matching begin")
+            blocks.append((begin, i))
+            begin = None
+    if begin is not None:
+        raise MarkerError(f"{where}:{begin + 1}: '# >>> solution' is never closed")
+    return blocks
+
+
+def render(text: str, chapter: str, where: str, rel_path: str = "") -> tuple[str, list[Stub]]:
+    """The skeleton version of one solution file and the stubs it contains."""
+    blocks = _blocks(text, where)
+    if not blocks:
+        return text, []
+    tree = ast.parse(text, filename=where)
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    stubs: list[Stub] = []
+    cursor = 0
+    for begin, end in blocks:
+        todo = lines[begin - 1] if begin else ""
+        m = TODO_LINE.match(todo)
+        if not m:
+            raise MarkerError(f"{where}:{begin + 1}: a solution block needs a '# TODO({chapter}): ...' line above it")
+        if m.group(1) != chapter:
+            raise MarkerError(f"{where}:{begin}: TODO names {m.group(1)} but the file belongs to {chapter}")
+        qualname = _qualname_at(tree, begin + 1)
+        if not qualname:
+            raise MarkerError(f"{where}:{begin + 1}: a solution block must sit inside a function")
+        indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+        stub = Stub(chapter, qualname, rel_path)
+        out.extend(lines[cursor:begin])
+        out.append(f'{indent}raise NotImplementedError("{stub.ident}")\n')
+        cursor = end + 1
+        if stub not in stubs:
+            stubs.append(stub)
+    out.extend(lines[cursor:])
+    return "".join(out), stubs
+
+
+def chapter_sources(ch: Chapter) -> dict[str, Path]:
+    """Every file of a solution chapter folder, main.py included."""
+    out = {}
+    for p in sorted(ch.solution_dir.rglob("*")):
+        rel = p.relative_to(ch.solution_dir)
+        if p.is_file() and "__pycache__" not in rel.parts and p.suffix != ".pyc":
+            out[rel.as_posix()] = p
+    return out
+
+
+def generate(ch: Chapter) -> tuple[dict[str, str], list[Stub]]:
+    """Skeleton contents (relative path -> text) and the stubs of one chapter."""
+    files: dict[str, str] = {}
+    stubs: list[Stub] = []
+    for rel, src in chapter_sources(ch).items():
+        text = src.read_text()
+        if src.suffix == ".py":
+            text, found = render(text, ch.tag, str(src), rel)
+            stubs.extend(found)
+        files[rel] = text
+    return files, stubs
+
+
+def stubs_of(ch: Chapter) -> list[Stub]:
+    return generate(ch)[1]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _manifest(ch: Chapter) -> dict[str, str]:
+    path = ch.skeleton_dir / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write(ch: Chapter, force: bool = False) -> list[str]:
+    """Write chapters/<slug>/ from the solution; returns the messages about files kept as they are."""
+    files, _ = generate(ch)
+    manifest = _manifest(ch)
+    kept: list[str] = []
+    for rel, text in files.items():
+        target = ch.skeleton_dir / rel
+        if target.exists():
+            current = target.read_text()
+            pristine = manifest.get(rel) == _digest(current)
+            if current != text and not pristine and not force:
+                kept.append(f"kept {target.relative_to(ch.skeleton_dir.parent.parent)}: you edited it "
+                            f"(make reset CH={ch.number} saves a backup and restores the skeleton)")
+                continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    new_manifest = {rel: _digest(text) for rel, text in files.items()}
+    (ch.skeleton_dir / MANIFEST).write_text(json.dumps(new_manifest, indent=1, sort_keys=True) + "\n")
+    return kept
+
+
+def out_of_sync(ch: Chapter) -> list[str]:
+    """Differences between the committed skeleton and what generation produces (for CI)."""
+    files, _ = generate(ch)
+    problems = []
+    for rel, text in files.items():
+        target = ch.skeleton_dir / rel
+        if not target.exists():
+            problems.append(f"{ch.slug}/{rel}: missing")
+        elif target.read_text() != text:
+            problems.append(f"{ch.slug}/{rel}: differs from its solution")
+    if ch.skeleton_dir.is_dir():
+        for p in ch.skeleton_dir.rglob("*"):
+            rel = p.relative_to(ch.skeleton_dir).as_posix()
+            if p.is_file() and rel != MANIFEST and rel not in files and "__pycache__" not in rel:
+                problems.append(f"{ch.slug}/{rel}: not in the solution")
+    manifest = _manifest(ch)
+    if manifest != {rel: _digest(text) for rel, text in files.items()}:
+        problems.append(f"{ch.slug}/{MANIFEST}: stale")
+    return problems
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Generate chapter skeletons from the solutions.")
+    ap.add_argument("--check", action="store_true", help="fail if any committed skeleton is out of date")
+    args = ap.parse_args()
+    if args.check:
+        problems = [p for ch in all_chapters() for p in out_of_sync(ch)]
+        for p in problems:
+            print("out of sync:", p)
+        print("skeletons in sync" if not problems else "run `make skeletons` and commit the result")
+        return 1 if problems else 0
+    for ch in all_chapters():
+        for message in write(ch):
+            print(message)
+    print(f"skeletons written for {len(all_chapters())} chapters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

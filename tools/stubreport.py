@@ -1,0 +1,82 @@
+"""A pytest plugin that writes one JSON line per test: outcome, the stubs it exercises, and why it failed.
+
+`make check` and the course integrity tests read it to tell, per TODO stub, done / failing / not started,
+and to prove that a skeleton fails only because of its own stubs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--stub-report", default=None, help="write per-test results as JSON lines here")
+
+
+def _short_reason(report) -> tuple[str, str]:
+    """(exception type name, first line of the message) of a failed test."""
+    excinfo = getattr(report, "_excinfo", None)
+    if excinfo is not None:
+        message = str(excinfo.value).strip().splitlines()
+        return excinfo.typename, message[0] if message else ""
+    text = str(report.longrepr).strip().splitlines()
+    return "Error", text[-1] if text else ""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and report.failed:
+        report._excinfo = call.excinfo
+    marker = item.get_closest_marker("stubs")
+    report._stubs = list(marker.args) if marker else []
+
+
+def pytest_configure(config):
+    path = config.getoption("--stub-report")
+    if path:
+        config._stub_report = open(path, "w")  # noqa: SIM115 - closed in pytest_unconfigure
+
+
+def pytest_unconfigure(config):
+    handle = getattr(config, "_stub_report", None)
+    if handle:
+        handle.close()
+
+
+def _write(config, record: dict) -> None:
+    handle = getattr(config, "_stub_report", None)
+    if handle:
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" and not report.failed:
+        return
+    if report.when == "call" or report.failed:
+        record = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
+                  "stubs": getattr(report, "_stubs", [])}
+        if report.failed:
+            record["error"], record["message"] = _short_reason(report)
+        if report.skipped:
+            record["message"] = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+        _write(_config, record)
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write(_config, {"test": report.nodeid, "when": "collect", "outcome": "failed", "stubs": [],
+                         "error": "CollectionError", "message": str(report.longrepr).strip().splitlines()[-1]})
+
+
+_config = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    global _config
+    _config = session.config
