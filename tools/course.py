@@ -178,6 +178,43 @@ def cmd_run(n: int, sol: bool, mine: bool = False, tree: Path | None = None, arg
     return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=tree_env(tree)).returncode
 
 
+EXAMPLES = ROOT / "examples"
+OUTPUTS = ROOT / "docs" / "outputs"
+
+
+def cmd_example(name: str, args: list[str] | None = None) -> int:
+    """Run examples/<name>.py on the final reference tree (the whole engine as it stands)."""
+    script = EXAMPLES / f"{name}.py"
+    if not script.exists():
+        known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.py")))
+        raise ValueError(f"no example {name!r} (examples: {known})")
+    tree = assemble(all_chapters()[-1].number, "ref")
+    return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=tree_env(tree)).returncode
+
+
+def capture(script: Path, tree: Path) -> str:
+    """Run a script on a tree and return what it printed; raise if it fails."""
+    env = tree_env(tree)
+    env["MINISGL_QUIET"] = "1"  # no progress bars in stored outputs
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{script.relative_to(ROOT)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def cmd_outputs() -> int:
+    """Regenerate docs/outputs/*.txt: every chapter's main.py and every example, run on the reference."""
+    OUTPUTS.mkdir(parents=True, exist_ok=True)
+    final = assemble(all_chapters()[-1].number, "ref")
+    jobs = [(ch.slug, main_script(ch, sol=True), assemble(ch.number, "ref")) for ch in all_chapters()]
+    jobs += [(p.stem, p, final) for p in sorted(EXAMPLES.glob("*.py"))]
+    for name, script, tree in jobs:
+        t0 = time.time()
+        (OUTPUTS / f"{name}.txt").write_text(capture(script, tree))
+        print(f"docs/outputs/{name}.txt  ({time.time() - t0:.1f} s)")
+    return 0
+
+
 # ----------------------------------------------------------------------------- diff / reset / progress
 def cmd_diff(n: int) -> int:
     before, after = reference_files(n - 1), reference_files(n)
@@ -235,12 +272,19 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("-v", "--verbose", action="store_true")
         p.add_argument("--kind", default=None, help="tree: ref, learner, mine or skeleton")
     sub.add_parser("progress")
+    sub.add_parser("outputs")
+    ex = sub.add_parser("example")
+    ex.add_argument("name")
     a, rest = ap.parse_known_args(argv)
-    if rest and a.cmd != "run":
+    if rest and a.cmd not in ("run", "example"):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if a.cmd == "progress":
             return cmd_progress()
+        if a.cmd == "outputs":
+            return cmd_outputs()
+        if a.cmd == "example":
+            return cmd_example(a.name, rest)
         if a.cmd == "check":
             return cmd_check(a.ch, a.mine, a.sol, a.verbose)
         if a.cmd == "run":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,17 @@ def _blocks(text: str, where: str) -> list[tuple[int, int]]:
     return blocks
 
 
+def _todo_above(lines: list[str], begin: int) -> re.Match | None:
+    """The `# TODO(chNN):` line heading the comment block right above a marker (it may span lines)."""
+    i = begin - 1
+    while i >= 0 and lines[i].lstrip().startswith("#"):
+        m = TODO_LINE.match(lines[i])
+        if m:
+            return m
+        i -= 1
+    return None
+
+
 def render(text: str, chapter: str, where: str, rel_path: str = "") -> tuple[str, list[Stub]]:
     """The skeleton version of one solution file and the stubs it contains."""
     blocks = _blocks(text, where)
@@ -80,8 +92,7 @@ def render(text: str, chapter: str, where: str, rel_path: str = "") -> tuple[str
     stubs: list[Stub] = []
     cursor = 0
     for begin, end in blocks:
-        todo = lines[begin - 1] if begin else ""
-        m = TODO_LINE.match(todo)
+        m = _todo_above(lines, begin)
         if not m:
             raise MarkerError(f"{where}:{begin + 1}: a solution block needs a '# TODO({chapter}): ...' line above it")
         if m.group(1) != chapter:

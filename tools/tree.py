@@ -16,7 +16,7 @@ CHAPTERS = ROOT / "chapters"
 BUILD = ROOT / "build"
 
 # Files of a chapter folder that belong to the chapter, not to the package tree.
-CHAPTER_ONLY = {"main.py", "README.md"}
+CHAPTER_ONLY = {"main.py", "README.md", ".skeleton-manifest.json"}
 IGNORED_PARTS = {"__pycache__", ".pytest_cache"}
 
 BEGIN_MARK = re.compile(r"^\s*# >>> solution\s*$")

@@ -1,0 +1,73 @@
+# mini-SGLang from scratch: every command a learner or maintainer needs.  `make help` lists them.
+PY      ?= python3
+CH      ?=
+SOL     ?=
+MINE    ?=
+V       ?=
+ARGS    ?=
+DEPS    := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+COURSE  := $(PY) -m tools.course
+FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
+
+.PHONY: help deps models run check diff reset progress skeletons docs docs-build outputs test test-fast test-gpu clean need-ch
+
+help:  ## list the commands
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+$(DEPS): requirements.txt
+	@echo "== installing Python packages (requirements.txt)"
+	@# torch first, pinned: a CPU build that never pulls a CUDA toolchain
+	$(PY) -m pip install -q --disable-pip-version-check "$$(grep '^torch==' requirements.txt)"
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@mkdir -p build && touch $@
+
+deps: $(DEPS)  ## install the Python packages (once; again when requirements.txt changes)
+
+models: deps  ## build the model fixtures (tiny-qwen3, tiny-llama) and convert SmolLM2-135M into models/
+	$(PY) -m tools.models
+
+need-ch:
+	@test -n "$(CH)" || (echo "usage: make $(MAKECMDGOALS) CH=<chapter number>, e.g. CH=3"; exit 2)
+
+run: deps  ## the finished engine generates text on SmolLM2 (CH=N: run chapter N's example; SOL=1 the reference)
+ifeq ($(CH),)
+	$(COURSE) example generate $(ARGS)
+else
+	$(COURSE) run $(CH) $(FLAGS) $(ARGS)
+endif
+
+check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
+	$(COURSE) check $(CH) $(FLAGS)
+
+diff: need-ch  ## what chapter CH changes compared to chapter CH-1 (reference)
+	@$(COURSE) diff $(CH)
+
+reset: need-ch  ## restore chapter CH's pristine skeleton (your files are backed up under build/backups)
+	$(COURSE) reset $(CH)
+
+progress: deps  ## every chapter: not started / in progress / passing
+	$(COURSE) progress
+
+skeletons:  ## (maintainers) regenerate chapters/ from solutions/ (never overwrites your edits)
+	$(PY) -m tools.skeleton
+
+outputs: deps models  ## (maintainers) rerun every chapter example and store its output under docs/outputs
+	$(COURSE) outputs
+
+docs-build: deps  ## build the book into site/ (strict)
+	$(PY) -m tools.vendor_assets
+	$(PY) -m mkdocs build --strict
+
+docs: deps  ## read the book at http://127.0.0.1:8000
+	$(PY) -m tools.vendor_assets
+	$(PY) -m mkdocs serve -a 127.0.0.1:8000
+
+test: deps models  ## the maintainers' full check (what CI runs)
+	$(PY) -m tools.vendor_assets
+	$(PY) -m pytest tests/course -n 2 -p no:cacheprovider -v --durations=15
+
+test-gpu: deps models  ## the GPU suites (needs CUDA)
+	$(PY) -m pytest tests/course -m gpu -p no:cacheprovider -v
+
+clean:  ## remove build outputs (keeps models/)
+	rm -rf build site docs/assets/vendor

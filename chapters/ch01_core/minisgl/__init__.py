@@ -1,0 +1,1 @@
+"""minisgl: a small LLM inference engine, built chapter by chapter."""

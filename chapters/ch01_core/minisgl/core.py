@@ -1,0 +1,169 @@
+"""The engine's vocabulary: sampling parameters, requests, batches and the forward context."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Literal
+
+import torch
+
+if TYPE_CHECKING:
+    from minisgl.attention.base import BaseAttnBackend
+    from minisgl.kvcache.base import BaseKVCache
+
+
+@dataclass
+class SamplingParams:
+    """How to pick the next token. temperature 0 (the default) means greedy."""
+
+    temperature: float = 0.0
+    top_k: int = -1  # -1: no limit
+    top_p: float = 1.0
+    max_tokens: int = 16
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(eq=False)
+class Req:
+    """One request. Its tokens live in three ranges of one growing sequence:
+
+        [0, cached_len)           KV already computed and stored in the cache
+        [cached_len, device_len)  tokens the next forward pass computes (the "extend" part)
+        [device_len, max_device_len)  tokens still to be generated
+    """
+
+    input_ids: torch.Tensor  # CPU int32: the prompt, then every token generated so far
+    table_idx: int  # this request's row in the page table and token pool
+    cached_len: int
+    output_len: int  # the most tokens this request may generate
+    uid: int
+    sampling_params: SamplingParams
+    cache_handle: Any = None
+
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.input_ids)
+        self.device_len = len(self.input_ids)
+        self.max_device_len = len(self.input_ids) + self.output_len
+        if not 0 <= self.cached_len < self.device_len:
+            raise ValueError(f"cached_len {self.cached_len} must be in [0, {self.device_len})")
+
+    @property
+    def extend_len(self) -> int:
+        """How many tokens the next forward pass computes for this request."""
+        # TODO(ch01): the tokens between what the cache holds and what is known on the device.
+        raise NotImplementedError("TODO(ch01): Req.extend_len")
+
+    @property
+    def remain_len(self) -> int:
+        """How many more tokens this request may still generate."""
+        # TODO(ch01): the distance from device_len to the end of the request.
+        raise NotImplementedError("TODO(ch01): Req.remain_len")
+
+    @property
+    def can_decode(self) -> bool:
+        return self.remain_len > 0
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.input_ids[self.prompt_len :].tolist()
+
+    def complete_one(self) -> None:
+        """A forward pass finished: its tokens are now cached and one new token exists on the device."""
+        # TODO(ch01): everything up to device_len is cached now, and the sampled token extends the sequence.
+        raise NotImplementedError("TODO(ch01): Req.complete_one")
+
+    def append_host(self, next_token: int) -> None:
+        """Record the sampled token on the CPU copy of the sequence."""
+        # TODO(ch01): append next_token to input_ids, keeping dtype and device.
+        raise NotImplementedError("TODO(ch01): Req.append_host")
+
+    def __repr__(self) -> str:
+        return (f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
+                f"device_len={self.device_len}, max_device_len={self.max_device_len})")
+
+
+@dataclass
+class Batch:
+    """Requests that go through one forward pass together, all in the same phase."""
+
+    reqs: list[Req]
+    phase: Literal["prefill", "decode"]
+    # Filled in when the batch is prepared (chapter 5 on): flattened inputs for every request.
+    input_ids: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    out_loc: torch.Tensor | None = None  # KV-cache slot of every new token
+    attn_metadata: Any = None
+
+    def __post_init__(self) -> None:
+        if self.phase not in ("prefill", "decode"):
+            raise ValueError(f"phase must be 'prefill' or 'decode', got {self.phase!r}")
+        if not self.reqs:
+            raise ValueError("a batch needs at least one request")
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.phase == "prefill"
+
+    @property
+    def is_decode(self) -> bool:
+        return self.phase == "decode"
+
+    @property
+    def size(self) -> int:
+        return len(self.reqs)
+
+
+class Context:
+    """What every layer may need during a forward pass, without threading it through every call.
+
+    The one piece of global state in the engine: set once by the engine (set_global_ctx), read by
+    layers (get_global_ctx). `batch` is only valid inside `forward_batch`.
+    """
+
+    def __init__(self, page_size: int = 1) -> None:
+        self.page_size = page_size
+        self.kv_cache: BaseKVCache | None = None
+        self.attn_backend: BaseAttnBackend | None = None
+        self.page_table: torch.Tensor | None = None
+        self._batch: Batch | None = None
+
+    @property
+    def batch(self) -> Batch:
+        if self._batch is None:
+            raise RuntimeError("no batch is being forwarded: use `with ctx.forward_batch(batch):`")
+        return self._batch
+
+    @contextmanager
+    def forward_batch(self, batch: Batch) -> Iterator[Batch]:
+        """Make `batch` the current batch for the duration of the block, even if the block raises."""
+        # TODO(ch01): refuse nesting (RuntimeError), set the batch, yield it, and always reset it.
+        raise NotImplementedError("TODO(ch01): Context.forward_batch")
+
+
+_GLOBAL_CTX: Context | None = None
+
+
+def set_global_ctx(ctx: Context) -> None:
+    global _GLOBAL_CTX
+    _GLOBAL_CTX = ctx
+
+
+def get_global_ctx() -> Context:
+    if _GLOBAL_CTX is None:
+        raise RuntimeError("the global context is not set: create an Engine (or call set_global_ctx) first")
+    return _GLOBAL_CTX

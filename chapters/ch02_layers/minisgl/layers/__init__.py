@@ -1,0 +1,1 @@
+"""Layers as plain objects holding tensors (no nn.Module): inference needs no autograd or hooks."""

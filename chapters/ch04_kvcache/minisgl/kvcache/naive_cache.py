@@ -1,0 +1,37 @@
+"""NaiveCacheManager: hands out free KV slots and takes them back. No sharing between requests yet.
+
+Chapter 8 makes allocation page-granular and chapter 9 adds a radix tree that shares prefixes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class NaiveCacheManager:
+    def __init__(self, num_slots: int, device: str | torch.device = "cpu") -> None:
+        self.num_slots = num_slots
+        self.device = torch.device(device)
+        # A stack of free slot ids; popping from the end keeps allocation O(n) in the slots taken.
+        self._free: list[int] = list(range(num_slots - 1, -1, -1))
+
+    @property
+    def available_size(self) -> int:
+        return len(self._free)
+
+    def allocate(self, n: int) -> torch.Tensor:
+        """Take n free slots (int32 tensor); raise MemoryError, changing nothing, if fewer are free."""
+        # TODO(ch04): check there are n free slots (MemoryError naming both numbers otherwise, state untouched),
+        # then pop them and return them as an int32 tensor on self.device.
+        raise NotImplementedError("TODO(ch04): NaiveCacheManager.allocate")
+
+    def free(self, slots: torch.Tensor) -> None:
+        """Give slots back. Freeing a slot that is already free is a bug and raises ValueError."""
+        # TODO(ch04): reject slots out of range or already free (ValueError, nothing freed), then push them back.
+        raise NotImplementedError("TODO(ch04): NaiveCacheManager.free")
+
+    def check_integrity(self) -> None:
+        """Every slot is free exactly once (call when no request holds slots)."""
+        if sorted(self._free) != list(range(self.num_slots)):
+            leaked = self.num_slots - len(set(self._free))
+            raise AssertionError(f"KV slots leaked or double-freed: {leaked} of {self.num_slots} not free")

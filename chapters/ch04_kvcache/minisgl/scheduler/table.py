@@ -1,0 +1,35 @@
+"""TableManager: request rows of the page table and of the token pool.
+
+page_table[row, pos] is the KV slot holding the key/value of token `pos` of the request in `row`;
+token_pool[row, pos] is that token's id. A request owns one row from admission until it finishes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TableManager:
+    def __init__(self, max_running_reqs: int, max_seq_len: int, device: str | torch.device = "cpu") -> None:
+        self.max_running_reqs = max_running_reqs
+        self.max_seq_len = max_seq_len
+        self.page_table = torch.zeros(max_running_reqs, max_seq_len, dtype=torch.int32, device=device)
+        self.token_pool = torch.zeros(max_running_reqs, max_seq_len, dtype=torch.int32, device=device)
+        self._free_rows: list[int] = list(range(max_running_reqs - 1, -1, -1))
+
+    @property
+    def available_size(self) -> int:
+        return len(self._free_rows)
+
+    def allocate(self) -> int:
+        """Take a free row; raise MemoryError if every row is in use."""
+        # TODO(ch04): pop a free row index, or raise MemoryError when none is left.
+        raise NotImplementedError("TODO(ch04): TableManager.allocate")
+
+    def free(self, row: int) -> None:
+        # TODO(ch04): give the row back; a row that is out of range or already free raises ValueError.
+        raise NotImplementedError("TODO(ch04): TableManager.free")
+
+    def check_integrity(self) -> None:
+        if sorted(self._free_rows) != list(range(self.max_running_reqs)):
+            raise AssertionError("request rows leaked: some rows were never freed")

@@ -1,0 +1,37 @@
+"""Flatten a batch into the tensors a forward pass reads: token ids, positions, KV slots, offsets."""
+
+from __future__ import annotations
+
+import torch
+
+from minisgl.attention.base import BaseAttnMetadata
+from minisgl.core import Batch
+
+
+def make_positions(batch: Batch, device: torch.device | str) -> torch.Tensor:
+    """Position of every new token: request r contributes cached_len .. device_len-1."""
+    # TODO(ch05): one arange per request over its extend range, concatenated (int64, on device).
+    raise NotImplementedError("TODO(ch05): make_positions")
+
+
+def gather_rows(table: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """table[row, cached_len:device_len] for every request, concatenated.
+
+    With the token pool this gives the new tokens' ids; with the page table, their KV slots (out_loc).
+    """
+    # TODO(ch05): slice each request's row over its extend range and concatenate the slices.
+    raise NotImplementedError("TODO(ch05): gather_rows")
+
+
+def make_metadata(batch: Batch, device: torch.device | str) -> BaseAttnMetadata:
+    """Offsets and lengths of the batch: prefix sums of new-token counts (q) and attended lengths (k)."""
+    # TODO(ch05): build cu_seqlens_q from extend lengths and cu_seqlens_k from device lengths (int32, with a
+    # leading 0), plus seq_lens, cached_lens, table_idx and the two maxima.
+    raise NotImplementedError("TODO(ch05): make_metadata")
+
+
+def prepare_batch(batch: Batch, token_pool: torch.Tensor, page_table: torch.Tensor) -> None:
+    """Fill batch.input_ids, positions and out_loc; the new tokens' slots must already be in the page table."""
+    batch.input_ids = gather_rows(token_pool, batch)
+    batch.positions = make_positions(batch, token_pool.device)
+    batch.out_loc = gather_rows(page_table, batch)

@@ -1,0 +1,47 @@
+"""Turning logits into next tokens: greedy, or temperature with top-k / top-p filtering."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minisgl.core import Req
+
+
+@dataclass
+class BatchSamplingArgs:
+    """Per-request sampling settings as tensors; temperatures is None when the whole batch is greedy."""
+
+    temperatures: torch.Tensor | None
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+
+    @classmethod
+    def from_reqs(cls, reqs: list[Req], device: torch.device | str) -> BatchSamplingArgs:
+        params = [r.sampling_params for r in reqs]
+        if all(p.is_greedy for p in params):
+            return cls(temperatures=None)
+        return cls(
+            temperatures=torch.tensor([0.0 if p.is_greedy else p.temperature for p in params], device=device),
+            top_k=torch.tensor([p.top_k for p in params], device=device),
+            top_p=torch.tensor([p.top_p for p in params], device=device),
+        )
+
+
+def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Set to -inf every logit outside the row's top-k and outside its top-p nucleus (keeping the best one)."""
+    # TODO(ch06): sort each row descending; drop ranks >= k (k = -1 keeps all); drop tokens whose preceding
+    # cumulative probability already reaches top_p; scatter the mask back to vocabulary order.
+    raise NotImplementedError("TODO(ch06): top_k_top_p_filter")
+
+
+class Sampler:
+    def __init__(self, device: torch.device | str, seed: int = 0) -> None:
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
+        """logits [B, vocab] (float32) -> next token ids [B] (int32)."""
+        # TODO(ch06): greedy rows take the argmax; the others divide by their temperature, filter with
+        # top_k_top_p_filter, and draw from the softmax with self.generator.
+        raise NotImplementedError("TODO(ch06): Sampler.sample")

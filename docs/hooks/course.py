@@ -1,0 +1,323 @@
+"""mkdocs hooks for the course book: include code, package trees and outputs by directive.
+
+Directive lines (each alone on its line, outside code fences, may be indented, e.g. inside an
+admonition or a content tab; the expansion keeps the indentation):
+
+    ::code solutions/<slug>/<path>.py Symbol      a class, function, Class.method or module-level
+                                                   assignment, with decorators, dedented
+    ::code solutions/<slug>/<path>                the whole file
+    ::tree N                                      the package tree of the reference tree at chapter N
+                                                   with (new)/(modified) marks and counts
+    ::output <slug>                               docs/outputs/<slug>.txt (made by `make outputs`)
+
+Solution marker lines (`# >>> solution` / `# <<< solution`) are removed from included code.
+Any problem (missing file, missing symbol, unknown directive, missing output) fails the build with
+a PluginError naming the page and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+import sys
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools import tree as course_tree  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.course")
+
+OUTPUTS_DIR = "docs/outputs"  # relative to ROOT
+
+FENCE_OPEN = re.compile(r"^\s*(`{3,}|~{3,})")
+DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)::(?P<name>[a-z][a-z_]*)(?P<args>(?:[ \t].*)?)$")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+MARKER_LEFT = re.compile(r"(>>>|<<<) solution")
+LANGS = {".py": "python", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sh": "bash",
+         ".md": "markdown", ".txt": "text", ".cfg": "ini", ".ini": "ini"}
+
+
+class DirectiveError(Exception):
+    """A problem with one directive; turned into a PluginError with the page and line."""
+
+
+# --------------------------------------------------------------------------------------------
+# ::code
+
+
+def _resolve_repo_path(rel: str) -> Path:
+    if rel.startswith("/") or "\\" in rel:
+        raise DirectiveError(f"path must be relative to the repository root, got {rel!r}")
+    path = (ROOT / rel).resolve()
+    try:
+        path.relative_to(ROOT.resolve())
+    except ValueError:
+        raise DirectiveError(f"path {rel!r} is outside the repository") from None
+    if not path.is_file():
+        raise DirectiveError(f"file not found: {rel}")
+    return path
+
+
+def _display_path(rel: str) -> str:
+    """solutions/ch02_layers/minisgl/layers/norm.py -> minisgl/layers/norm.py"""
+    parts = rel.split("/")
+    if len(parts) >= 3 and parts[0] in ("solutions", "chapters") and re.fullmatch(r"ch\d\d_\w+", parts[1]):
+        return "/".join(parts[2:])
+    return rel
+
+
+def _fence_for(text: str, char: str = "`") -> str:
+    longest = max((len(m) for m in re.findall(re.escape(char) + "+", text)), default=0)
+    return char * max(3, longest + 1)
+
+
+def _children(node: ast.AST) -> list[ast.stmt]:
+    return list(getattr(node, "body", []))
+
+
+def _names_of(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    if isinstance(stmt, ast.Assign):
+        out: list[str] = []
+        for target in stmt.targets:
+            elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+            out += [e.id for e in elts if isinstance(e, ast.Name)]
+        return out
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and isinstance(stmt.target, ast.Name):
+        return [stmt.target.id]
+    if hasattr(ast, "TypeAlias") and isinstance(stmt, ast.TypeAlias):  # Python 3.12+
+        return [stmt.name.id]
+    return []
+
+
+def find_symbol(source: str, qualname: str, filename: str = "<source>") -> list[ast.stmt]:
+    """The statements defining `qualname` (several for a property with a setter, overloads...)."""
+    try:
+        module = ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        raise DirectiveError(f"{filename} does not parse: {exc}") from None
+    scope: ast.AST = module
+    where = filename
+    parts = qualname.split(".")
+    for i, part in enumerate(parts):
+        matches = [s for s in _children(scope) if part in _names_of(s)]
+        if not matches:
+            available = sorted({n for s in _children(scope) for n in _names_of(s)})
+            hint = ", ".join(available) if available else "nothing"
+            raise DirectiveError(f"symbol {qualname!r} not found: no {part!r} in {where} (it defines: {hint})")
+        if i == len(parts) - 1:
+            return matches
+        containers = [s for s in matches if isinstance(s, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        if not containers:
+            raise DirectiveError(f"symbol {qualname!r}: {part!r} in {where} is not a class or function")
+        scope = containers[-1]  # the last definition wins, as at run time
+        where = f"{'.'.join(parts[: i + 1])}"
+    raise AssertionError("unreachable")
+
+
+def _stmt_source(lines: list[str], stmt: ast.stmt) -> str:
+    start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+    end = stmt.end_lineno or stmt.lineno
+    chunk = lines[start - 1 : end]
+    first = chunk[0]
+    indent = first[: len(first) - len(first.lstrip())]
+    out = []
+    for line in chunk:
+        if line.startswith(indent):
+            line = line[len(indent) :]
+        out.append(line)
+    return "".join(out)
+
+
+def extract_code(rel: str, symbol: str | None = None) -> str:
+    """The text to show for `::code rel [symbol]`: marker lines removed, trailing newline."""
+    path = _resolve_repo_path(rel)
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DirectiveError(f"{rel} is not UTF-8 text") from None
+    if symbol is None:
+        text = source
+    else:
+        if path.suffix != ".py":
+            raise DirectiveError(f"a symbol can only be picked from a .py file, not {rel}")
+        lines = source.splitlines(keepends=True)
+        stmts = find_symbol(source, symbol, filename=rel)
+        text = "\n".join(_stmt_source(lines, s).rstrip("\n") + "\n" for s in stmts)
+    text = course_tree.strip_markers(text)
+    for n, line in enumerate(text.splitlines(), 1):
+        if MARKER_LEFT.search(line) and line.lstrip().startswith("#"):
+            raise DirectiveError(f"a solution marker is left in the included code ({rel}, line {n}: {line.strip()!r})")
+    text = text.strip("\n")
+    if not text:
+        raise DirectiveError(f"nothing to include from {rel}" + (f" {symbol}" if symbol else ""))
+    return text + "\n"
+
+
+def render_code(rel: str, symbol: str | None = None) -> str:
+    text = extract_code(rel, symbol)
+    lang = LANGS.get(Path(rel).suffix, "text")
+    fence = _fence_for(text)
+    return f'{fence}{lang} title="{_display_path(rel)}"\n{text}{fence}\n'
+
+
+# --------------------------------------------------------------------------------------------
+# ::tree
+
+
+def tree_status(n: int) -> tuple[list[str], set[str], set[str]]:
+    """(all paths of the reference tree at chapter n, new in n, modified in n)."""
+    chapters = course_tree.all_chapters()
+    this = [c for c in chapters if c.number == n]
+    if not this:
+        known = ", ".join(str(c.number) for c in chapters) or "none"
+        raise DirectiveError(f"chapter {n} has no folder under solutions/ (chapters: {known})")
+    paths = sorted(course_tree.reference_files(n))
+    earlier: set[str] = set()
+    for c in chapters:
+        if c.number < n:
+            earlier.update(course_tree.chapter_files(c.solution_dir))
+    mine = set(course_tree.chapter_files(this[0].solution_dir))
+    return paths, mine - earlier, mine & earlier
+
+
+def _draw(paths: list[str], marks: dict[str, str]) -> list[str]:
+    """Draw paths as a tree (folders first, then files, each alphabetically)."""
+    root: dict = {}
+    for p in paths:
+        node = root
+        parts = p.split("/")
+        for part in parts[:-1]:
+            node = node.setdefault(part + "/", {})
+        node[parts[-1]] = p  # leaf: the full path
+
+    out = ["."]
+
+    def walk(node: dict, prefix: str) -> None:
+        keys = sorted(node, key=lambda k: (not isinstance(node[k], dict), k))
+        for i, key in enumerate(keys):
+            last = i == len(keys) - 1
+            branch = "└── " if last else "├── "
+            child = node[key]
+            if isinstance(child, dict):
+                out.append(prefix + branch + key)
+                walk(child, prefix + ("    " if last else "│   "))
+            else:
+                mark = marks.get(child, "")
+                out.append(prefix + branch + key + (f"  ({mark})" if mark else ""))
+
+    walk(root, "")
+    return out
+
+
+def render_tree(n: int) -> str:
+    paths, new, modified = tree_status(n)
+    marks = {p: "new" for p in new} | {p: "modified" for p in modified}
+    body = "\n".join(_draw(paths, marks))
+    counts = (
+        f"**{len(paths)}** {'file' if len(paths) == 1 else 'files'} in total · "
+        f"**{len(new)}** new in chapter {n} · **{len(modified)}** modified in chapter {n}"
+    )
+    return f'```text title="the package at the end of chapter {n}"\n{body}\n```\n\n{counts}\n{{ .course-tree-counts }}\n'
+
+
+# --------------------------------------------------------------------------------------------
+# ::output
+
+
+def render_output(slug: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", slug):
+        raise DirectiveError(f"bad output name {slug!r} (expected a chapter slug like ch10_chunked_prefill)")
+    rel = f"{OUTPUTS_DIR}/{slug}.txt"
+    path = ROOT / rel
+    if not path.is_file():
+        raise DirectiveError(f"{rel} is missing: run `make outputs` to generate the chapters' outputs")
+    text = ANSI.sub("", path.read_text(encoding="utf-8")).rstrip() + "\n"
+    fence = _fence_for(text)
+    return f'{fence}text title="output of {slug}/main.py"\n{text}{fence}\n'
+
+
+# --------------------------------------------------------------------------------------------
+# page expansion
+
+
+def expand_directive(name: str, args: list[str]) -> str:
+    if name == "code":
+        if len(args) not in (1, 2):
+            raise DirectiveError("usage: ::code solutions/<slug>/<path> [Symbol.qualname]")
+        return render_code(args[0], args[1] if len(args) == 2 else None)
+    if name == "tree":
+        if len(args) != 1 or not args[0].isdigit():
+            raise DirectiveError("usage: ::tree N   (N = chapter number)")
+        return render_tree(int(args[0]))
+    if name == "output":
+        if len(args) != 1:
+            raise DirectiveError("usage: ::output <chapter slug>")
+        return render_output(args[0])
+    raise DirectiveError(f"unknown directive ::{name} (known: ::code, ::tree, ::output)")
+
+
+def expand_markdown(markdown: str, where: str = "<page>") -> str:
+    """Expand every directive line of a page (outside fenced code)."""
+    out: list[str] = []
+    fence: str | None = None  # the opening fence while inside a code block
+    for lineno, line in enumerate(markdown.splitlines(keepends=True), 1):
+        stripped = line.rstrip("\r\n")
+        if fence is not None:
+            s = stripped.strip()
+            if s.startswith(fence[0]) and set(s) == {fence[0]} and len(s) >= len(fence):
+                fence = None
+            out.append(line)
+            continue
+        m = FENCE_OPEN.match(stripped)
+        if m:
+            fence = m.group(1)
+            out.append(line)
+            continue
+        d = DIRECTIVE.match(stripped)
+        if not d:
+            out.append(line)
+            continue
+        indent = d.group("indent")
+        try:
+            block = expand_directive(d.group("name"), d.group("args").split())
+        except DirectiveError as exc:
+            raise PluginError(f"{where}:{lineno}: {stripped.strip()}\n    {exc}") from None
+        block_lines = block.rstrip("\n").split("\n")
+        out.append("\n".join((indent + b) if b else b for b in block_lines) + "\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# mkdocs events
+
+
+def on_config(config, **kwargs):
+    """Bundle mermaid/KaTeX from npm if docs/assets/vendor/ is missing or stale (fast when done)."""
+    from tools import vendor_assets
+
+    try:
+        if vendor_assets.ensure(quiet=False):
+            log.info("course: vendored docs assets into docs/assets/vendor/")
+    except vendor_assets.VendorError as exc:
+        raise PluginError(f"course: cannot bundle the docs assets (mermaid, KaTeX):\n{exc}") from None
+    return config
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    return expand_markdown(markdown, where=f"docs/{page.file.src_uri}")
+
+
+def on_serve(server, config, builder, **kwargs):
+    """`mkdocs serve`: rebuild when reference code or outputs change."""
+    for folder in (ROOT / "solutions",):
+        if folder.is_dir():
+            server.watch(str(folder))
+    return server

@@ -1,0 +1,54 @@
+"""Shared fixtures of the chapter suites: model fixtures, the cached HF greedy reference, markers.
+
+Chapter suites run against one assembled tree (put first on PYTHONPATH by tools/course.py), so they
+import `minisgl` from there; the repository root is added here for `tools` and `tests.helpers`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+
+import torch  # noqa: E402
+
+# Few threads: deterministic, and two suites can run side by side on a 2-core machine.
+torch.set_num_threads(int(os.environ.get("MINISGL_TEST_THREADS", "2")))
+os.environ.setdefault("MINISGL_QUIET", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make test-gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3() -> Path:
+    from tools.models import ensure_model
+
+    return ensure_model("tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama() -> Path:
+    from tools.models import ensure_model
+
+    return ensure_model("tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    from tools.models import ensure_model
+
+    return ensure_model("smollm2")

@@ -1,0 +1,8 @@
+"""Maintainers' suites (make test): course integrity, docs, practice. They run chapter suites in subprocesses."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

@@ -1,0 +1,325 @@
+"""Unit tests of the book's directive expansion (docs/hooks/course.py), on fixture files.
+
+The hook's roots are monkeypatched to a temporary repository, so these tests do not depend on
+the real solutions/ (CPU, fast, no mkdocs build).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools import tree as course_tree  # noqa: E402
+
+
+def _load_hook():
+    spec = importlib.util.spec_from_file_location("course_docs_hook", ROOT / "docs" / "hooks" / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hook = _load_hook()
+DirectiveError = hook.DirectiveError
+
+CORE_V1 = '''\
+"""Core data structures."""
+import dataclasses
+
+PAGE_SIZE = 16
+MAX_LEN: int = 4096
+A, B = 1, 2
+
+
+def helper(x):
+    # TODO(ch01): double it.
+    # >>> solution
+    return 2 * x
+    # <<< solution
+
+
+@dataclasses.dataclass
+class Req:
+    """A request."""
+
+    uid: int
+    LIMIT = 3
+
+    @property
+    def length(self) -> int:
+        # >>> solution
+        return self.uid
+        # <<< solution
+
+    @length.setter
+    def length(self, value: int) -> None:
+        self.uid = value
+
+    def complete_one(self) -> None:
+        text = """
+not indented
+"""
+        return None
+'''
+
+CORE_V2 = CORE_V1 + '''
+
+class Batch:
+    def size(self) -> int:
+        return 0
+'''
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    sol = tmp_path / "solutions"
+    _write(sol / "ch00_tiny_engine" / "tiny_engine.py", "def main():\n    pass\n")
+    _write(sol / "ch00_tiny_engine" / "main.py", "print('chapter-only file, not in the tree')\n")
+    _write(sol / "ch01_core" / "minisgl" / "__init__.py", "")
+    _write(sol / "ch01_core" / "minisgl" / "core.py", CORE_V1)
+    _write(sol / "ch02_layers" / "minisgl" / "core.py", CORE_V2)
+    _write(sol / "ch02_layers" / "minisgl" / "layers" / "__init__.py", "")
+    _write(
+        sol / "ch02_layers" / "minisgl" / "layers" / "norm.py",
+        'DOC = """\n```python\nx = 1\n```\n"""\n\n\ndef rms_norm(x):\n    # >>> solution\n    return x\n    # <<< solution\n',
+    )
+    _write(sol / "ch02_layers" / "minisgl" / "bad.py", "def f(:\n")
+    _write(sol / "ch02_layers" / "minisgl" / "leaky.py", "def f():\n    # >>> solution:\n    return 1\n")
+    monkeypatch.setattr(hook, "ROOT", tmp_path)
+    monkeypatch.setattr(course_tree, "SOLUTIONS", sol)
+    return tmp_path
+
+
+CORE = "solutions/ch01_core/minisgl/core.py"
+
+
+# ------------------------------------------------------------------------------------- ::code
+
+
+def test_function_found_and_markers_stripped(repo):
+    code = hook.extract_code(CORE, "helper")
+    assert code == "def helper(x):\n    # TODO(ch01): double it.\n    return 2 * x\n"
+
+
+def test_class_found_with_decorator(repo):
+    code = hook.extract_code(CORE, "Req")
+    assert code.startswith("@dataclasses.dataclass\nclass Req:\n")
+    assert code.rstrip().endswith("return None")
+    assert ">>>" not in code and "<<<" not in code
+
+
+def test_method_found_dedented_with_decorators_and_setter(repo):
+    code = hook.extract_code(CORE, "Req.length")
+    assert code == (
+        "@property\ndef length(self) -> int:\n    return self.uid\n"
+        "\n@length.setter\ndef length(self, value: int) -> None:\n    self.uid = value\n"
+    )
+
+
+def test_method_keeps_lines_less_indented_than_the_def(repo):
+    code = hook.extract_code(CORE, "Req.complete_one")
+    assert code.startswith("def complete_one(self) -> None:\n    text = \"\"\"\nnot indented\n\"\"\"\n")
+
+
+@pytest.mark.parametrize(
+    "symbol, expected",
+    [("PAGE_SIZE", "PAGE_SIZE = 16\n"), ("MAX_LEN", "MAX_LEN: int = 4096\n"), ("B", "A, B = 1, 2\n"), ("Req.LIMIT", "LIMIT = 3\n")],
+)
+def test_assignment_found(repo, symbol, expected):
+    assert hook.extract_code(CORE, symbol) == expected
+
+
+def test_later_chapter_version_is_used_by_path(repo):
+    assert "class Batch" in hook.extract_code("solutions/ch02_layers/minisgl/core.py", "Batch")
+    with pytest.raises(DirectiveError, match="no 'Batch'"):
+        hook.extract_code(CORE, "Batch")
+
+
+def test_missing_symbol_raises_with_the_names_that_exist(repo):
+    with pytest.raises(DirectiveError) as exc:
+        hook.extract_code(CORE, "nope")
+    assert "'nope'" in str(exc.value) and "helper" in str(exc.value) and "Req" in str(exc.value)
+
+
+def test_missing_method_raises(repo):
+    with pytest.raises(DirectiveError, match=r"no 'forward' in Req .*complete_one"):
+        hook.extract_code(CORE, "Req.forward")
+
+
+def test_symbol_inside_a_non_class_raises(repo):
+    with pytest.raises(DirectiveError, match="not a class or function"):
+        hook.extract_code(CORE, "PAGE_SIZE.real")
+
+
+def test_missing_file_raises(repo):
+    with pytest.raises(DirectiveError, match="file not found"):
+        hook.extract_code("solutions/ch01_core/minisgl/nothere.py", "f")
+
+
+def test_path_outside_repo_raises(repo):
+    with pytest.raises(DirectiveError, match="outside the repository"):
+        hook.extract_code("../etc/passwd")
+
+
+def test_syntax_error_raises(repo):
+    with pytest.raises(DirectiveError, match="does not parse"):
+        hook.extract_code("solutions/ch02_layers/minisgl/bad.py", "f")
+
+
+def test_malformed_marker_left_in_code_raises(repo):
+    with pytest.raises(DirectiveError, match="marker"):
+        hook.extract_code("solutions/ch02_layers/minisgl/leaky.py")
+
+
+def test_whole_file_without_markers(repo):
+    code = hook.extract_code(CORE)
+    assert code.startswith('"""Core data structures."""\n')
+    assert "# >>> solution" not in code and "# <<< solution" not in code
+    assert code.count("\n") == CORE_V1.count("\n") - 4  # two marker pairs removed
+
+
+def test_render_code_fence_and_title(repo):
+    block = hook.render_code(CORE, "helper")
+    assert block.startswith('```python title="minisgl/core.py"\ndef helper(x):\n')
+    assert block.endswith("\n```\n")
+
+
+def test_render_code_uses_a_longer_fence_when_the_code_has_one(repo):
+    block = hook.render_code("solutions/ch02_layers/minisgl/layers/norm.py")
+    assert block.startswith('````python title="minisgl/layers/norm.py"\n')
+    assert block.endswith("\n````\n")
+
+
+# ------------------------------------------------------------------------------------- ::tree
+
+
+def test_tree_counts_and_marks(repo):
+    paths, new, modified = hook.tree_status(2)
+    assert paths == [
+        "minisgl/__init__.py",
+        "minisgl/bad.py",
+        "minisgl/core.py",
+        "minisgl/layers/__init__.py",
+        "minisgl/layers/norm.py",
+        "minisgl/leaky.py",
+        "tiny_engine.py",
+    ]
+    assert new == {"minisgl/bad.py", "minisgl/leaky.py", "minisgl/layers/__init__.py", "minisgl/layers/norm.py"}
+    assert modified == {"minisgl/core.py"}
+
+    block = hook.render_tree(2)
+    assert block == textwrap.dedent(
+        """\
+        ```text title="the package at the end of chapter 2"
+        .
+        ├── minisgl/
+        │   ├── layers/
+        │   │   ├── __init__.py  (new)
+        │   │   └── norm.py  (new)
+        │   ├── __init__.py
+        │   ├── bad.py  (new)
+        │   ├── core.py  (modified)
+        │   └── leaky.py  (new)
+        └── tiny_engine.py
+        ```
+
+        **7** files in total · **4** new in chapter 2 · **1** modified in chapter 2
+        { .course-tree-counts }
+        """
+    )
+
+
+def test_tree_of_first_chapters(repo):
+    paths, new, modified = hook.tree_status(0)
+    assert paths == ["tiny_engine.py"] and new == {"tiny_engine.py"} and modified == set()
+    assert "**1** file in total · **1** new in chapter 0 · **0** modified in chapter 0" in hook.render_tree(0)
+    paths, new, modified = hook.tree_status(1)
+    assert len(paths) == 3 and new == {"minisgl/__init__.py", "minisgl/core.py"} and modified == set()
+
+
+def test_tree_of_missing_chapter_raises(repo):
+    with pytest.raises(DirectiveError, match="chapter 5 has no folder"):
+        hook.tree_status(5)
+
+
+# ----------------------------------------------------------------------------------- ::output
+
+
+def test_output_included_and_ansi_stripped(repo):
+    _write(repo / "docs" / "outputs" / "ch01_core.txt", "\x1b[32mok\x1b[0m line\n\n")
+    assert hook.render_output("ch01_core") == '```text title="output of ch01_core/main.py"\nok line\n```\n'
+
+
+def test_missing_output_raises_and_says_make_outputs(repo):
+    with pytest.raises(DirectiveError, match="make outputs"):
+        hook.render_output("ch01_core")
+
+
+# ------------------------------------------------------------------------------ page expansion
+
+
+def test_expand_page(repo):
+    _write(repo / "docs" / "outputs" / "ch01_core.txt", "hello\n")
+    page = textwrap.dedent(
+        """\
+        # Title
+
+        ::code solutions/ch01_core/minisgl/core.py PAGE_SIZE
+
+        ```text
+        ::code solutions/ch01_core/minisgl/core.py not_expanded_inside_a_fence
+        ```
+
+        ??? example "folded"
+            ::output ch01_core
+
+        end
+        """
+    )
+    out = hook.expand_markdown(page, "docs/x.md")
+    assert '```python title="minisgl/core.py"\nPAGE_SIZE = 16\n```\n' in out
+    assert "::code solutions/ch01_core/minisgl/core.py not_expanded_inside_a_fence" in out
+    assert '    ```text title="output of ch01_core/main.py"\n    hello\n    ```\n' in out
+    assert out.startswith("# Title\n\n") and out.endswith("\nend\n")
+
+
+def test_expand_page_errors_name_page_and_line(repo):
+    with pytest.raises(PluginError, match=r"docs/x.md:3: ::code .*nope"):
+        hook.expand_markdown("a\n\n::code solutions/ch01_core/minisgl/core.py nope\n", "docs/x.md")
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [("::diff 3", "unknown directive ::diff"), ("::tree x", "usage: ::tree"), ("::code", "usage: ::code"), ("::output a b", "usage")],
+)
+def test_bad_directives_raise(repo, line, message):
+    with pytest.raises(PluginError, match=message):
+        hook.expand_markdown(line + "\n", "docs/x.md")
+
+
+def test_text_that_only_looks_like_a_directive_is_left_alone(repo):
+    text = "a ::code b\n:: not a directive\n~~~\n::tree 9\n~~~\n"
+    assert hook.expand_markdown(text, "docs/x.md") == text
+
+
+def test_on_page_markdown_event(repo):
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="chapters/ch01_core.md"))
+    out = hook.on_page_markdown("::tree 1\n", page=page, config={}, files=None)
+    assert "**3** files in total" in out
+    with pytest.raises(PluginError, match="docs/chapters/ch01_core.md:1"):
+        hook.on_page_markdown("::tree 7\n", page=page, config={}, files=None)

@@ -1,0 +1,108 @@
+"""Test helpers: the Hugging Face greedy reference (the ground truth of every chapter) and prompts.
+
+The reference is computed by transformers on the same weights and cached: in memory for the session and
+on disk under build/hf-cache, keyed by the model files, the library versions and the exact inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "build" / "hf-cache"
+MODEL_NAMES = ("tiny-qwen3", "tiny-llama", "smollm2")
+
+TEXTS = [
+    "The scheduler picks which requests run next",
+    "A cache of keys and values saves work",
+    "Once upon a time, in a small kitchen by the sea,",
+    "Paged memory lets many sequences share one pool",
+]
+CHAT = [
+    "What is the capital of France?",
+    "Write one sentence about the ocean.",
+    "List three colors.",
+    "Why do we need sleep?",
+]
+
+
+def model_path(name: str) -> Path:
+    from tools.models import ensure_model
+
+    return ensure_model(name)
+
+
+@lru_cache(maxsize=None)
+def tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path(name))
+
+
+def prompt_ids(name: str, count: int = 3) -> list[list[int]]:
+    """Token ids of `count` prompts: chat-formatted for SmolLM2, plain text for the tiny models."""
+    tok = tokenizer(name)
+    if name == "smollm2":
+        return [
+            list(tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True, tokenize=True,
+                                         return_dict=False))
+            for c in CHAT[:count]
+        ]
+    return [tok.encode(t) for t in TEXTS[:count]]
+
+
+@lru_cache(maxsize=4)
+def hf_model(name: str):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path(name), dtype=torch.float32)
+    return model.eval()
+
+
+def _cache_key(name: str, ids: list[int], n: int, stop_at_eos: bool) -> str:
+    import transformers
+
+    weights = sorted(model_path(name).glob("*.safetensors"))
+    stamp = [(w.name, w.stat().st_size, w.stat().st_mtime_ns) for w in weights]
+    blob = json.dumps([str(model_path(name)), stamp, transformers.__version__, torch.__version__, ids, n, stop_at_eos])
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def hf_greedy(name: str, ids: list[int], n: int, stop_at_eos: bool = False) -> list[int]:
+    """HF greedy continuation of `ids` (float32, CPU).
+
+    stop_at_eos=False: exactly n tokens, EOS treated as an ordinary token (the engine's ignore_eos=True).
+    stop_at_eos=True: up to n tokens, stopping after the first EOS (the engine's default).
+    """
+    path = CACHE / f"{_cache_key(name, list(ids), n, stop_at_eos)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    model = hf_model(name)
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.max_new_tokens = False, n
+    config.temperature = config.top_p = config.top_k = None
+    if not stop_at_eos:
+        config.eos_token_id, config.min_new_tokens = None, n
+    config.pad_token_id = config.pad_token_id if config.pad_token_id is not None else 0
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             generation_config=config)
+    result = out[0, len(ids):].tolist()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)  # atomic: parallel test processes never read half a file
+    return result
+
+
+def hf_logits(name: str, ids: list[int]) -> torch.Tensor:
+    """Float32 logits of every position of one sequence."""
+    with torch.inference_mode():
+        return hf_model(name)(torch.tensor([ids])).logits[0].float()

@@ -1,0 +1,110 @@
+"""Chapter 1: Req length bookkeeping, batches and the forward context."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minisgl.core import Batch, Context, Req, SamplingParams, get_global_ctx, set_global_ctx
+
+
+def make_req(prompt_len: int = 5, max_tokens: int = 3, cached_len: int = 0, uid: int = 0) -> Req:
+    ids = torch.arange(10, 10 + prompt_len, dtype=torch.int32)
+    return Req(ids, table_idx=0, cached_len=cached_len, output_len=max_tokens, uid=uid,
+               sampling_params=SamplingParams(max_tokens=max_tokens))
+
+
+@pytest.mark.stubs("Req.extend_len", "Req.remain_len")
+def test_fresh_request_lengths():
+    req = make_req(prompt_len=5, max_tokens=3)
+    assert (req.cached_len, req.device_len, req.max_device_len) == (0, 5, 8)
+    assert req.extend_len == 5, "a fresh request computes its whole prompt"
+    assert req.remain_len == 3
+    assert req.can_decode
+
+
+@pytest.mark.stubs("Req.extend_len")
+def test_cached_prefix_shortens_extend():
+    req = make_req(prompt_len=8, cached_len=6)
+    assert req.extend_len == 2, "only the tokens after the cached prefix are computed"
+
+
+@pytest.mark.stubs("Req.complete_one", "Req.extend_len", "Req.remain_len")
+def test_complete_one_walks_the_ranges():
+    req = make_req(prompt_len=5, max_tokens=3)
+    req.complete_one()  # after prefill
+    assert (req.cached_len, req.device_len, req.extend_len, req.remain_len) == (5, 6, 1, 2)
+    req.complete_one()  # after one decode step
+    assert (req.cached_len, req.device_len, req.extend_len, req.remain_len) == (6, 7, 1, 1)
+    req.complete_one()
+    assert req.remain_len == 0 and not req.can_decode
+
+
+@pytest.mark.stubs("Req.append_host", "Req.complete_one")
+def test_append_host_keeps_dtype_and_grows_output():
+    req = make_req(prompt_len=4, max_tokens=2)
+    req.complete_one()
+    req.append_host(99)
+    assert req.input_ids.dtype == torch.int32
+    assert req.input_ids.tolist() == [10, 11, 12, 13, 99]
+    assert req.output_ids == [99]
+    assert len(req.input_ids) == req.device_len, "host and device agree on the sequence length"
+
+
+@pytest.mark.stubs("Req.complete_one", "Req.append_host", "Req.remain_len")
+def test_generation_produces_exactly_max_tokens():
+    req = make_req(prompt_len=3, max_tokens=4)
+    steps = 0
+    while req.can_decode:
+        req.complete_one()
+        req.append_host(steps)
+        steps += 1
+    assert steps == 4 and req.output_ids == [0, 1, 2, 3]
+
+
+@pytest.mark.stubs("Context.forward_batch")
+def test_forward_batch_sets_and_resets():
+    ctx = Context()
+    batch = Batch([make_req()], "prefill")
+    with pytest.raises(RuntimeError):
+        _ = ctx.batch
+    with ctx.forward_batch(batch) as b:
+        assert b is batch and ctx.batch is batch
+    with pytest.raises(RuntimeError):
+        _ = ctx.batch
+
+
+@pytest.mark.stubs("Context.forward_batch")
+def test_forward_batch_resets_on_error_and_refuses_nesting():
+    ctx = Context()
+    batch = Batch([make_req()], "decode")
+    with pytest.raises(KeyError):
+        with ctx.forward_batch(batch):
+            raise KeyError("boom")
+    assert ctx._batch is None, "the batch must be reset even when the forward pass raises"
+    with ctx.forward_batch(batch):
+        with pytest.raises(RuntimeError):
+            with ctx.forward_batch(batch):
+                pass
+        assert ctx.batch is batch, "a refused nested call leaves the outer batch in place"
+
+
+def test_global_context_roundtrip():
+    ctx = Context(page_size=4)
+    set_global_ctx(ctx)
+    assert get_global_ctx() is ctx
+
+
+@pytest.mark.parametrize("kwargs", [{"max_tokens": 0}, {"max_tokens": -3}, {"temperature": -1.0},
+                                    {"top_k": 0}, {"top_p": 0.0}, {"top_p": 1.5}])
+def test_bad_sampling_params_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)
+
+
+def test_batch_validation():
+    with pytest.raises(ValueError):
+        Batch([], "prefill")
+    with pytest.raises(ValueError):
+        Batch([make_req()], "extend")
+    assert Batch([make_req(), make_req(uid=1)], "decode").size == 2

@@ -1,0 +1,148 @@
+"""Chapter 2: the pointwise math of the model, checked against float64 and against Hugging Face."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minisgl.kernel.torch_ops import apply_rotary_emb, fused_add_rms_norm, rms_norm, rotate_half, silu_and_mul
+from minisgl.layers.base import BaseOP, OPList
+from minisgl.layers.linear import LinearQKVMerged
+from minisgl.layers.norm import RMSNorm, RMSNormFused
+from minisgl.layers.rotary import RotaryEmbedding, default_inv_freq, llama3_inv_freq
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@pytest.mark.stubs("rms_norm")
+def test_rms_norm_matches_float64():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(7, 64, generator=g), torch.randn(64, generator=g)
+    x64 = x.double()
+    ref = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    assert rel_err(rms_norm(x, w, 1e-6), ref) < 1e-6
+
+
+@pytest.mark.stubs("rms_norm")
+def test_rms_norm_matches_hf_in_bfloat16():
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 32, generator=g).bfloat16()
+    hf = Qwen3RMSNorm(32, eps=1e-6)
+    hf.weight.data = torch.randn(32, generator=g)
+    out = rms_norm(x, hf.weight.data, 1e-6)
+    assert out.dtype == hf(x).dtype
+    assert torch.equal(out, hf(x)), "same operations in the same order give identical bits"
+
+
+@pytest.mark.stubs("fused_add_rms_norm", "rms_norm")
+def test_fused_add_rms_norm():
+    g = torch.Generator().manual_seed(2)
+    x, r, w = torch.randn(3, 16, generator=g), torch.randn(3, 16, generator=g), torch.randn(16, generator=g)
+    normed, summed = fused_add_rms_norm(x, r, w, 1e-5)
+    assert torch.equal(summed, x + r)
+    assert torch.allclose(normed, rms_norm(x + r, w, 1e-5))
+    layer = RMSNormFused(16, 1e-5)
+    layer.weight = w
+    first, carried = layer(x)
+    assert torch.equal(carried, x) and torch.allclose(first, rms_norm(x, w, 1e-5))
+
+
+@pytest.mark.stubs("silu_and_mul")
+def test_silu_and_mul():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 2 * 24, generator=g, dtype=torch.float64)
+    gate, up = x[:, :24], x[:, 24:]
+    assert torch.allclose(silu_and_mul(x), gate / (1 + torch.exp(-gate)) * up)
+
+
+@pytest.mark.stubs("apply_rotary_emb")
+def test_rotation_preserves_norm_and_relative_angle():
+    g = torch.Generator().manual_seed(4)
+    rope = RotaryEmbedding(head_dim=32, max_position=64, base=10000.0)
+    q, k = torch.randn(1, 2, 32, generator=g), torch.randn(1, 2, 32, generator=g)
+    q_rot, k_rot = rope(torch.tensor([5]), q, k)
+    assert torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+    # <rot(q, m), rot(k, n)> depends only on m - n: that is what makes RoPE a *relative* encoding.
+    scores = []
+    for m, n in [(7, 3), (20, 16), (40, 36)]:
+        qm, _ = rope(torch.tensor([m]), q, q)
+        _, kn = rope(torch.tensor([n]), k, k)
+        scores.append((qm * kn).sum(-1))
+    assert torch.allclose(scores[0], scores[1], atol=1e-4) and torch.allclose(scores[0], scores[2], atol=1e-4)
+
+
+@pytest.mark.stubs("apply_rotary_emb")
+def test_rope_matches_hf():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    g = torch.Generator().manual_seed(5)
+    rope = RotaryEmbedding(head_dim=32, max_position=128, base=10000.0)
+    positions = torch.tensor([0, 1, 2, 50, 127])
+    q, k = torch.randn(5, 4, 32, generator=g), torch.randn(5, 2, 32, generator=g)
+    ours_q, ours_k = rope(positions, q, k)
+    inv = default_inv_freq(32, 10000.0)
+    angles = torch.outer(positions.float(), inv)
+    emb = torch.cat([angles, angles], -1)
+    hf_q, hf_k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], emb.cos()[None], emb.sin()[None])
+    assert rel_err(ours_q, hf_q[0].transpose(0, 1)) < 1e-6
+    assert rel_err(ours_k, hf_k[0].transpose(0, 1)) < 1e-6
+    assert torch.equal(rotate_half(torch.arange(4.0)), torch.tensor([-2.0, -3.0, 0.0, 1.0]))
+
+
+@pytest.mark.stubs("llama3_inv_freq")
+def test_llama3_scaling_matches_hf():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=32, max_position_embeddings=512,
+                         rope_scaling=dict(LLAMA3, rope_theta=10000.0))
+    hf_inv, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    ours = llama3_inv_freq(default_inv_freq(32, 10000.0), LLAMA3)
+    base = default_inv_freq(32, 10000.0)
+    assert rel_err(ours, hf_inv) < 1e-6
+    assert not torch.allclose(ours, base), "the fixture's scaling must actually change some frequencies"
+    assert torch.allclose(ours[:2], base[:2]), "high frequencies (short wavelengths) are kept"
+    assert torch.allclose(ours[-1], base[-1] / 8.0), "the lowest frequency is divided by factor"
+
+
+@pytest.mark.stubs("LinearQKVMerged.forward")
+def test_qkv_merged_splits_in_order():
+    layer = LinearQKVMerged(hidden_size=8, head_dim=4, num_qo_heads=4, num_kv_heads=2)
+    assert tuple(layer.weight.shape) == (16 + 8 + 8, 8)
+    layer.weight = torch.cat([torch.full((16, 8), 1.0), torch.full((8, 8), 2.0), torch.full((8, 8), 3.0)])
+    q, k, v = layer(torch.ones(3, 8))
+    assert q.shape == (3, 16) and k.shape == (3, 8) and v.shape == (3, 8)
+    assert q.unique().tolist() == [8.0] and k.unique().tolist() == [16.0] and v.unique().tolist() == [24.0]
+
+
+def test_state_dict_names_and_loading():
+    class Block(BaseOP):
+        def __init__(self):
+            self.norm = RMSNorm(4)
+            self.layers = OPList([RMSNorm(4), RMSNorm(4)])
+            self._private = torch.zeros(3)
+
+    block = Block()
+    assert sorted(block.state_dict()) == ["layers.0.weight", "layers.1.weight", "norm.weight"]
+    new = {k: torch.full((4,), float(i)) for i, k in enumerate(sorted(block.state_dict()))}
+    assert block.load_state_dict(new) == set(new)
+    assert block.norm.weight.tolist() == [2.0] * 4
+    with pytest.raises(ValueError):
+        block.load_state_dict({**new, "norm.weight": torch.zeros(5)})
+    with pytest.raises(KeyError):
+        block.load_state_dict({"norm.weight": torch.zeros(4)})
+
+
+def test_unknown_rope_type_is_refused():
+    with pytest.raises(ValueError):
+        RotaryEmbedding(32, 16, 10000.0, {"rope_type": "yarn", "factor": 2.0})
+    assert math.isclose(float(default_inv_freq(32, 10000.0)[0]), 1.0)

@@ -1,0 +1,107 @@
+"""Chapter 3: model classes and weight loading; logits and greedy output equal Hugging Face's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import MODEL_NAMES, hf_greedy, hf_logits, model_path, prompt_ids
+from minisgl.core import Batch, Context, Req, SamplingParams, set_global_ctx
+from minisgl.models import ModelConfig, load_model
+from minisgl.models.register import get_model_class
+from minisgl.models.weight import iter_safetensors, merge_weights
+
+MODEL_STUBS = ("RopeAttn.forward", "LlamaDecoderLayer.forward", "merge_weights")
+
+
+def full_forward(model, ids: list[int]) -> torch.Tensor:
+    """Logits of the last token, recomputing the whole sequence (this chapter has no KV cache yet)."""
+    req = Req(torch.tensor(ids, dtype=torch.int32), 0, 0, 1, 0, SamplingParams(max_tokens=1))
+    batch = Batch([req], "prefill")
+    batch.input_ids = torch.tensor(ids)
+    batch.positions = torch.arange(len(ids))
+    ctx = Context()
+    set_global_ctx(ctx)
+    with ctx.forward_batch(batch):
+        return model.forward()[0]
+
+
+@pytest.fixture(scope="module", params=MODEL_NAMES)
+def loaded(request):
+    model, config = load_model(model_path(request.param))
+    return request.param, model, config
+
+
+def test_config_reads_the_fixtures():
+    qwen = ModelConfig.from_path(model_path("tiny-qwen3"))
+    llama = ModelConfig.from_path(model_path("tiny-llama"))
+    smol = ModelConfig.from_path(model_path("smollm2"))
+    assert qwen.architecture == "Qwen3ForCausalLM" and qwen.tie_word_embeddings
+    assert llama.architecture == "LlamaForCausalLM" and llama.rotary.scaling["rope_type"] == "llama3"
+    assert smol.num_layers == 30 and smol.num_kv_heads == 3 and smol.head_dim == 64
+
+
+@pytest.mark.stubs("merge_weights")
+def test_merge_weights_in_any_order():
+    q, k, v = torch.full((4, 2), 1.0), torch.full((2, 2), 2.0), torch.full((2, 2), 3.0)
+    gate, up = torch.full((3, 2), 4.0), torch.full((3, 2), 5.0)
+    stream = [("m.layers.0.self_attn.v_proj.weight", v), ("m.layers.0.mlp.up_proj.weight", up),
+              ("m.norm.weight", torch.ones(2)), ("m.layers.0.self_attn.q_proj.weight", q),
+              ("m.layers.0.mlp.gate_proj.weight", gate), ("m.layers.0.self_attn.k_proj.weight", k)]
+    merged = dict(merge_weights(iter(stream)))
+    assert sorted(merged) == ["m.layers.0.mlp.gate_up_proj.weight", "m.layers.0.self_attn.qkv_proj.weight",
+                              "m.norm.weight"]
+    assert torch.equal(merged["m.layers.0.self_attn.qkv_proj.weight"], torch.cat([q, k, v]))
+    assert torch.equal(merged["m.layers.0.mlp.gate_up_proj.weight"], torch.cat([gate, up]))
+
+
+@pytest.mark.stubs("merge_weights")
+def test_merge_weights_reports_missing_parts():
+    with pytest.raises(ValueError, match="qkv_proj"):
+        list(merge_weights(iter([("a.self_attn.q_proj.weight", torch.ones(1, 1))])))
+
+
+@pytest.mark.stubs("merge_weights")
+def test_every_checkpoint_weight_is_used(loaded):
+    name, model, config = loaded
+    checkpoint = [n for n, _ in iter_safetensors(model_path(name))]
+    ours = model.state_dict()
+    assert any(n.endswith("self_attn.q_proj.weight") for n in checkpoint)
+    assert sum(n.endswith("qkv_proj.weight") for n in ours) == config.num_layers
+    assert sum(n.endswith("gate_up_proj.weight") for n in ours) == config.num_layers
+    # Per layer q, k, v merge into one tensor and gate, up into one (3 fewer); a tied head owns no weight.
+    dropped_head = "lm_head.weight" in checkpoint and config.tie_word_embeddings
+    assert len(ours) == len(checkpoint) - 3 * config.num_layers - dropped_head
+
+
+@pytest.mark.stubs(*MODEL_STUBS)
+def test_logits_match_hf(loaded):
+    name, model, _ = loaded
+    for ids in prompt_ids(name, 2):
+        ours = full_forward(model, ids)
+        ref = hf_logits(name, ids)[-1]
+        err = float((ours - ref).norm() / ref.norm())
+        assert err < 1e-4, f"{name}: relative logit error {err:.2e}"
+
+
+@pytest.mark.stubs(*MODEL_STUBS)
+def test_greedy_by_recomputation_matches_hf(loaded):
+    name, model, _ = loaded
+    n = 8
+    for ids in prompt_ids(name, 2):
+        seq = list(ids)
+        for _ in range(n):
+            seq.append(int(full_forward(model, seq).argmax()))
+        assert seq[len(ids):] == hf_greedy(name, ids, n), f"{name}: greedy output differs from HF"
+
+
+def test_unknown_architecture_is_refused():
+    with pytest.raises(ValueError, match="unknown model architecture 'GPT2LMHeadModel'"):
+        get_model_class("GPT2LMHeadModel")
+    with pytest.raises(ValueError, match="no architecture"):
+        ModelConfig.from_dict({"architectures": []})
+
+
+def test_not_a_model_folder(tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        load_model(tmp_path)
