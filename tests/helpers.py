@@ -88,12 +88,17 @@ def hf_greedy(name: str, ids: list[int], n: int, stop_at_eos: bool = False) -> l
     config = copy.deepcopy(model.generation_config)
     config.do_sample, config.max_new_tokens = False, n
     config.temperature = config.top_p = config.top_k = None
+    saved_eos = model.generation_config.eos_token_id
     if not stop_at_eos:
-        config.eos_token_id, config.min_new_tokens = None, n
-    config.pad_token_id = config.pad_token_id if config.pad_token_id is not None else 0
-    with torch.inference_mode():
-        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             generation_config=config)
+        # generate() fills unset fields from the model's own generation config, so EOS is switched off in both:
+        # plain argmax for n steps, EOS neither stops nor is masked (min_new_tokens would mask it).
+        config.eos_token_id = model.generation_config.eos_token_id = None
+    try:
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 generation_config=config)
+    finally:
+        model.generation_config.eos_token_id = saved_eos
     result = out[0, len(ids):].tolist()
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -40,6 +40,15 @@ def test_complete_one_walks_the_ranges():
     assert req.remain_len == 0 and not req.can_decode
 
 
+@pytest.mark.stubs("Req.append_host")
+def test_append_host_appends_on_the_cpu_copy():
+    req = make_req(prompt_len=2)
+    req.append_host(7)
+    req.append_host(8)
+    assert req.input_ids.tolist() == [10, 11, 7, 8] and req.input_ids.dtype == torch.int32
+    assert req.device_len == 2, "append_host only touches the host copy"
+
+
 @pytest.mark.stubs("Req.append_host", "Req.complete_one")
 def test_append_host_keeps_dtype_and_grows_output():
     req = make_req(prompt_len=4, max_tokens=2)

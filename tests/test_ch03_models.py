@@ -8,7 +8,7 @@ import torch
 from helpers import MODEL_NAMES, hf_greedy, hf_logits, model_path, prompt_ids
 from minisgl.core import Batch, Context, Req, SamplingParams, set_global_ctx
 from minisgl.models import ModelConfig, load_model
-from minisgl.models.register import get_model_class
+from minisgl.models.register import create_model, get_model_class
 from minisgl.models.weight import iter_safetensors, merge_weights
 
 MODEL_STUBS = ("RopeAttn.forward", "LlamaDecoderLayer.forward", "merge_weights")
@@ -93,6 +93,73 @@ def test_greedy_by_recomputation_matches_hf(loaded):
         for _ in range(n):
             seq.append(int(full_forward(model, seq).argmax()))
         assert seq[len(ids):] == hf_greedy(name, ids, n), f"{name}: greedy output differs from HF"
+
+
+def hf_and_ours(name: str):
+    """HF's model and ours with the same weights, merged here by hand (independent of merge_weights)."""
+    from helpers import hf_model
+
+    hf = hf_model(name)
+    state = {k: v.detach() for k, v in hf.state_dict().items()}
+    for key in [k for k in state if "q_proj" in k or "gate_proj" in k]:
+        parts = ("q_proj", "k_proj", "v_proj") if "q_proj" in key else ("gate_proj", "up_proj")
+        merged = "qkv_proj" if "q_proj" in key else "gate_up_proj"
+        state[key.replace(parts[0], merged)] = torch.cat([state.pop(key.replace(parts[0], p)) for p in parts])
+    config = ModelConfig.from_path(model_path(name))
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    ours = create_model(config)
+    ours.load_state_dict(state)
+    return hf, ours
+
+
+def capture_layer0(hf, module_name: str, ids: list[int]):
+    """Input hidden states and output of HF's layer-0 submodule during a full forward pass."""
+    seen = {}
+    module = hf.model.layers[0] if module_name == "layer" else hf.model.layers[0].self_attn
+
+    def hook(mod, args, kwargs, output):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"])[0].detach()
+        seen["y"] = (output[0] if isinstance(output, tuple) else output)[0].detach()
+
+    handle = module.register_forward_hook(hook, with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            hf(torch.tensor([ids]))
+    finally:
+        handle.remove()
+    return seen["x"], seen["y"]
+
+
+def run_in_context(ids: list[int], fn):
+    req = Req(torch.tensor(ids, dtype=torch.int32), 0, 0, 1, 0, SamplingParams(max_tokens=1))
+    batch = Batch([req], "prefill")
+    batch.input_ids, batch.positions = torch.tensor(ids), torch.arange(len(ids))
+    ctx = Context()
+    set_global_ctx(ctx)
+    with ctx.forward_batch(batch), torch.inference_mode():
+        return fn(batch.positions)
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+@pytest.mark.stubs("RopeAttn.forward")
+def test_attention_block_matches_hf(name):
+    hf, ours = hf_and_ours(name)
+    ids = prompt_ids(name, 1)[0]
+    x, y = capture_layer0(hf, "attn", ids)
+    got = run_in_context(ids, lambda pos: ours.model.layers[0].self_attn(x, pos))
+    assert float((got - y).norm() / y.norm()) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+@pytest.mark.stubs("LlamaDecoderLayer.forward")
+def test_decoder_layer_matches_hf(name):
+    hf, ours = hf_and_ours(name)
+    ids = prompt_ids(name, 1)[0]
+    x, y = capture_layer0(hf, "layer", ids)
+    out, residual = run_in_context(ids, lambda pos: ours.model.layers[0](x, None, pos))
+    got = out + residual  # the layer leaves its final residual add to the next norm
+    assert float((got - y).norm() / y.norm()) < 1e-5
 
 
 def test_unknown_architecture_is_refused():

@@ -75,6 +75,22 @@ def test_double_free_is_caught_and_frees_nothing():
         alloc.free(torch.tensor([99]))
 
 
+@pytest.mark.stubs("NaiveCacheManager.free")
+def test_freeing_slots_never_allocated_is_refused():
+    alloc = NaiveCacheManager(4)
+    with pytest.raises(ValueError):
+        alloc.free(torch.tensor([0], dtype=torch.int32))
+    alloc.check_integrity()
+
+
+@pytest.mark.stubs("TableManager.free")
+def test_freeing_a_row_never_allocated_is_refused():
+    table = TableManager(2, 8)
+    with pytest.raises(ValueError):
+        table.free(1)
+    table.check_integrity()
+
+
 @pytest.mark.stubs("NaiveCacheManager.allocate")
 def test_integrity_check_detects_a_leak():
     alloc = NaiveCacheManager(5)

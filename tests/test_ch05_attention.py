@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from helpers import hf_greedy, model_path, prompt_ids
+from minisgl.attention.base import BaseAttnMetadata
 from minisgl.attention.torch_backend import TorchAttnBackend
 from minisgl.attention.utils import gather_rows, make_metadata, make_positions, prepare_batch
 from minisgl.core import Batch, Context, Req, SamplingParams, set_global_ctx
@@ -58,6 +59,16 @@ def dense_reference(q, k, v, cached: int) -> torch.Tensor:
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
 
+def hand_metadata(lengths, cached, rows) -> BaseAttnMetadata:
+    """Metadata written out by hand, so the attention tests do not depend on make_metadata."""
+    new = [n - c for n, c in zip(lengths, cached)]
+    cum = lambda xs: torch.tensor([sum(xs[:i]) for i in range(len(xs) + 1)], dtype=torch.int32)  # noqa: E731
+    return BaseAttnMetadata(cu_seqlens_q=cum(new), cu_seqlens_k=cum(lengths),
+                            seq_lens=torch.tensor(lengths, dtype=torch.int32),
+                            cached_lens=torch.tensor(cached, dtype=torch.int32), table_idx=torch.tensor(rows),
+                            max_seqlen_q=max(new), max_seqlen_k=max(lengths))
+
+
 def scattered_setup(lengths, cached, heads=(4, 2), dim=16, seed=0):
     """Requests whose keys/values are already in a pool at scattered slots (a shuffled allocator)."""
     g = torch.Generator().manual_seed(seed)
@@ -80,17 +91,15 @@ def scattered_setup(lengths, cached, heads=(4, 2), dim=16, seed=0):
     return cache, table, reqs, q, full_k, full_v
 
 
-@pytest.mark.stubs("TorchAttnBackend.forward_extend", *META_STUBS)
+@pytest.mark.stubs("TorchAttnBackend.forward_extend")
 def test_extend_attention_with_cached_prefix_matches_float64():
     lengths, cached = [5, 9, 3], [0, 4, 2]
     cache, table, reqs, q, full_k, full_v = scattered_setup(lengths, cached)
-    batch = Batch(reqs, "prefill")
-    batch.out_loc = gather_rows(table.page_table, batch)
+    for r, k, v, c in zip(reqs, full_k, full_v, cached):  # the new tokens' k/v, as the backend would store them
+        cache.store_kv(k[c:], v[c:], table.page_table[r.table_idx, c : r.device_len], 0)
     backend = TorchAttnBackend(cache, table.page_table)
-    backend.prepare_metadata(batch)
-    new_k = torch.cat([k[c:] for k, c in zip(full_k, cached)])
-    new_v = torch.cat([v[c:] for v, c in zip(full_v, cached)])
-    out = backend.forward(q, new_k, new_v, 0, batch)
+    meta = hand_metadata(lengths, cached, [r.table_idx for r in reqs])
+    out = backend.forward_extend(q, cache.k_cache(0), cache.v_cache(0), meta, q.shape[-1] ** -0.5)
     start = 0
     for k, v, n, c in zip(full_k, full_v, lengths, cached):
         ref = dense_reference(q[start : start + n - c], k, v, c)
@@ -99,16 +108,16 @@ def test_extend_attention_with_cached_prefix_matches_float64():
         assert float((got.double() - ref).norm() / ref.norm()) < 1e-5
 
 
-@pytest.mark.stubs("TorchAttnBackend.forward_decode", *META_STUBS)
+@pytest.mark.stubs("TorchAttnBackend.forward_decode")
 def test_decode_attention_matches_float64():
     lengths = [7, 2, 11]
     cached = [n - 1 for n in lengths]  # decode: everything but the newest token is cached
     cache, table, reqs, q, full_k, full_v = scattered_setup(lengths, cached, seed=1)
-    batch = Batch(reqs, "decode")
-    batch.out_loc = gather_rows(table.page_table, batch)
+    for r, k, v in zip(reqs, full_k, full_v):
+        cache.store_kv(k[-1:], v[-1:], table.page_table[r.table_idx, r.device_len - 1 : r.device_len], 0)
     backend = TorchAttnBackend(cache, table.page_table)
-    backend.prepare_metadata(batch)
-    out = backend.forward(q, torch.stack([k[-1] for k in full_k]), torch.stack([v[-1] for v in full_v]), 0, batch)
+    meta = hand_metadata(lengths, cached, [r.table_idx for r in reqs])
+    out = backend.forward_decode(q, cache.k_cache(0), cache.v_cache(0), meta, q.shape[-1] ** -0.5)
     for i, (k, v, c) in enumerate(zip(full_k, full_v, cached)):
         ref = dense_reference(q[i : i + 1], k, v, c)
         assert float((out[i : i + 1].double() - ref).norm() / ref.norm()) < 1e-5

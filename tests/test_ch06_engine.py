@@ -11,12 +11,14 @@ from minisgl.engine import Engine, EngineConfig
 from minisgl.engine.manual import ManualBatcher
 from minisgl.engine.sample import BatchSamplingArgs, Sampler, top_k_top_p_filter
 
-ENGINE_STUBS = ("Engine.forward_batch", "Engine._num_kv_pages", "Sampler.sample")
+ENGINE_STUBS = ("Engine.forward_batch", "Sampler.sample")
 
 
 @pytest.fixture(scope="module", params=MODEL_NAMES)
 def engine(request):
-    return request.param, Engine(EngineConfig(model_path(request.param), max_running_reqs=8, max_seq_len=256))
+    # An explicit pool size: sizing from memory has its own test.
+    config = EngineConfig(model_path(request.param), max_running_reqs=8, max_seq_len=256, num_pages=2048)
+    return request.param, Engine(config)
 
 
 def assert_clean(engine: Engine) -> None:
@@ -62,7 +64,7 @@ def test_batching_does_not_change_results(engine):
 @pytest.mark.stubs(*ENGINE_STUBS)
 def test_eos_stops_a_request_like_hf():
     name = "smollm2"
-    eng = Engine(EngineConfig(model_path(name), max_running_reqs=4, max_seq_len=512))
+    eng = Engine(EngineConfig(model_path(name), max_running_reqs=4, max_seq_len=512, num_pages=1024))
     batcher = ManualBatcher(eng)
     prompt = prompt_ids(name, 1)[0]
     out = batcher.generate([prompt], SamplingParams(max_tokens=64))[0]
@@ -136,8 +138,9 @@ def test_sampling_args_from_requests():
     ([1, -1], SamplingParams(max_tokens=4), "outside the vocabulary"),
     (list(range(1, 60)), SamplingParams(max_tokens=8), "exceeds max_seq_len"),
 ])
+@pytest.mark.stubs("Engine.forward_batch")
 def test_bad_input_is_refused_before_any_state_changes(prompt, params, message):
-    eng = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64))
+    eng = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=128))
     batcher = ManualBatcher(eng)
     running = batcher.add([5, 6, 7], SamplingParams(max_tokens=3, ignore_eos=True))
     rows, slots = eng.table.available_size, eng.cache.available_size

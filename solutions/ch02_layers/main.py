@@ -11,7 +11,7 @@ g = torch.Generator().manual_seed(0)
 
 
 def rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
+    return float((a.detach().double() - b.detach().double()).norm() / b.detach().double().norm())
 
 
 x = torch.randn(8, 576, generator=g)

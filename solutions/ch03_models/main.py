@@ -37,10 +37,14 @@ ours = next_logits(ids)
 print(f"last-token logits vs HF: relative difference {float((ours - ref).norm() / ref.norm()):.1e}\n")
 
 seq, times = list(ids), []
-for _ in range(24):
+while len(times) < 32 and seq[-1] not in config.eos_token_ids:
     t0 = time.perf_counter()
     seq.append(int(next_logits(seq).argmax()))
     times.append(time.perf_counter() - t0)
+with torch.inference_mode():
+    ref = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                      max_new_tokens=32)[0, len(ids):].tolist()
 print("answer:", tok.decode(seq[len(ids):], skip_special_tokens=True).strip())
+print(f"matches HF greedy: {seq[len(ids):] == ref}")
 print(f"\nwithout a KV cache every step recomputes the whole sequence: step 1 took {times[0] * 1e3:.0f} ms "
-      f"({len(ids)} tokens), step 24 took {times[-1] * 1e3:.0f} ms ({len(seq) - 1} tokens)")
+      f"({len(ids)} tokens), step {len(times)} took {times[-1] * 1e3:.0f} ms ({len(seq) - 1} tokens)")

@@ -23,7 +23,7 @@ def chat(text: str) -> list[int]:
 
 
 questions = ["What is the capital of France?", "Give me a tip for learning to cook.", "Name a planet."]
-params = SamplingParams(max_tokens=24, ignore_eos=True)
+params = SamplingParams(max_tokens=40)  # stops at EOS, like HF generate
 batcher = ManualBatcher(engine)
 reqs = [batcher.add(chat(q), params) for q in questions]
 t0 = time.perf_counter()
@@ -39,13 +39,11 @@ print(f"follow-up request: {len(follow)} prompt tokens, {reader.cached_len} alre
 batcher.run([reader])
 
 hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-config = hf.generation_config
-config.eos_token_id, config.do_sample = None, False
 all_match = True
 for req in reqs + [reader]:
     prompt = req.input_ids[: req.prompt_len].tolist()
     with torch.inference_mode():
-        ref = hf.generate(torch.tensor([prompt]), generation_config=config, max_new_tokens=24,
+        ref = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=40,
                           attention_mask=torch.ones(1, len(prompt), dtype=torch.long))[0, len(prompt):].tolist()
     same = ref == req.output_ids
     all_match &= same
