@@ -71,7 +71,8 @@ def _cache_key(name: str, ids: list[int], n: int, stop_at_eos: bool) -> str:
 
     weights = sorted(model_path(name).glob("*.safetensors"))
     stamp = [(w.name, w.stat().st_size, w.stat().st_mtime_ns) for w in weights]
-    blob = json.dumps([str(model_path(name)), stamp, transformers.__version__, torch.__version__, ids, n, stop_at_eos])
+    # "v2": EOS switched off on the model config too; bump when the reference computation changes.
+    blob = json.dumps(["v2", str(model_path(name)), stamp, transformers.__version__, torch.__version__, ids, n, stop_at_eos])
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
