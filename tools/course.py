@@ -75,8 +75,8 @@ def tree_env(tree: Path, threads: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep caches out of the symlinked source folders
-    if threads:
-        env["MINISGL_TEST_THREADS"] = str(threads)
+    if threads:  # several processes side by side: oversubscribed OpenMP threads spin and crawl
+        env["MINISGL_TEST_THREADS"] = env["MINISGL_CPU_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
@@ -192,9 +192,9 @@ def cmd_example(name: str, args: list[str] | None = None) -> int:
     return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=tree_env(tree)).returncode
 
 
-def capture(script: Path, tree: Path) -> str:
+def capture(script: Path, tree: Path, threads: int | None = None) -> str:
     """Run a script on a tree and return what it printed; raise if it fails."""
-    env = tree_env(tree)
+    env = tree_env(tree, threads)
     env["MINISGL_QUIET"] = "1"  # no progress bars in stored outputs
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

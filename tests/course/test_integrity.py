@@ -38,7 +38,6 @@ def test_suite_passes_on_reference_tree(ch):
 def test_suite_passes_on_final_tree(ch):
     if ch.number == FINAL:
         pytest.skip("the final tree is this chapter's reference tree (checked above)")
-    final = BUILD / "final"
     tree = assemble(FINAL, "ref")
     code, records, output = run_suite(ch, tree, BUILD / "reports" / f"{ch.tag}-final.jsonl", threads=1)
     assert code == 0, _explain(records, output)
@@ -82,5 +81,5 @@ def test_no_marker_leaks_into_skeletons():
 def test_main_runs_on_reference_tree(ch):
     script = main_script(ch, sol=True)
     assert script.exists(), f"{ch.slug} has no main.py"
-    output = capture(script, assemble(ch.number, "ref"))
+    output = capture(script, assemble(ch.number, "ref"), threads=1)
     assert output.strip(), "the example printed nothing"
