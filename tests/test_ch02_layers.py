@@ -37,8 +37,9 @@ def test_rms_norm_matches_hf_in_bfloat16():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(5, 32, generator=g).bfloat16()
     hf = Qwen3RMSNorm(32, eps=1e-6)
-    hf.weight.data = torch.randn(32, generator=g)
+    hf.weight.data = torch.randn(32, generator=g).bfloat16()  # a bf16 model: weight and activations in bf16
     out = rms_norm(x, hf.weight.data, 1e-6)
+    assert out.dtype == torch.bfloat16
     assert out.dtype == hf(x).dtype
     assert torch.equal(out, hf(x)), "same operations in the same order give identical bits"
 

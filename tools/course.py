@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from tools import skeleton
-from tools.tree import BUILD, ROOT, Chapter, all_chapters, chapter_files, get_chapter, reference_files
+from tools.tree import BUILD, ROOT, STANDALONE, Chapter, all_chapters, chapter_files, get_chapter, reference_files
 
 TESTS = ROOT / "tests"
 
@@ -41,10 +41,12 @@ def learner_files(n: int, mine: bool = False) -> dict[str, Path]:
     if mine:
         files: dict[str, Path] = {}
         for ch in all_chapters():
+            if ch.slug in STANDALONE and ch.number != n:
+                continue
             if ch.number <= n:
                 files.update(chapter_files(ch.skeleton_dir))
         return files
-    files = reference_files(n - 1)
+    files = reference_files(n - 1, tree_of=n)
     files.update(chapter_files(get_chapter(n).skeleton_dir))
     return files
 
@@ -65,7 +67,7 @@ def assemble(n: int, kind: str) -> Path:
         for rel, text in files.items():
             (pristine / rel).parent.mkdir(parents=True, exist_ok=True)
             (pristine / rel).write_text(text)
-        tree = reference_files(n - 1)
+        tree = reference_files(n - 1, tree_of=n)
         tree.update(chapter_files(pristine))
         return _link_tree(dest, tree)
     raise ValueError(f"unknown tree kind {kind!r}")

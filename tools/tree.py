@@ -18,6 +18,8 @@ BUILD = ROOT / "build"
 # Files of a chapter folder that belong to the chapter, not to the package tree.
 CHAPTER_ONLY = {"main.py", "README.md", ".skeleton-manifest.json"}
 IGNORED_PARTS = {"__pycache__", ".pytest_cache"}
+# Chapters whose files stand alone (chapter 0's single-file engine): in their own tree, not in later ones.
+STANDALONE = {"ch00_tiny_engine"}
 
 BEGIN_MARK = re.compile(r"^\s*# >>> solution\s*$")
 END_MARK = re.compile(r"^\s*# <<< solution\s*$")
@@ -77,10 +79,16 @@ def chapter_files(folder: Path) -> dict[str, Path]:
     return out
 
 
-def reference_files(n: int) -> dict[str, Path]:
-    """The overlay of solutions/ch00..chN."""
+def reference_files(n: int, tree_of: int | None = None) -> dict[str, Path]:
+    """The overlay of solutions/ch00..chN, for the tree of chapter `tree_of` (default N).
+
+    A standalone chapter's files only belong to that chapter's own tree.
+    """
+    tree_of = n if tree_of is None else tree_of
     tree: dict[str, Path] = {}
     for ch in all_chapters():
+        if ch.slug in STANDALONE and ch.number != tree_of:
+            continue
         if ch.number <= n:
             tree.update(chapter_files(ch.solution_dir))
     return tree

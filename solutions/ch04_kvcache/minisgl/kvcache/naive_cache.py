@@ -12,8 +12,10 @@ class NaiveCacheManager:
     def __init__(self, num_slots: int, device: str | torch.device = "cpu") -> None:
         self.num_slots = num_slots
         self.device = torch.device(device)
-        # A stack of free slot ids; popping from the end keeps allocation O(n) in the slots taken.
+        # A stack of free slot ids (popping from the end: O(n) in the slots taken) and a flag per slot, so
+        # that a double free is caught in O(n) in the slots freed, whatever the pool size.
         self._free: list[int] = list(range(num_slots - 1, -1, -1))
+        self._is_free = [True] * num_slots
 
     @property
     def available_size(self) -> int:
@@ -22,30 +24,34 @@ class NaiveCacheManager:
     def allocate(self, n: int) -> torch.Tensor:
         """Take n free slots (int32 tensor); raise MemoryError, changing nothing, if fewer are free."""
         # TODO(ch04): check there are n free slots (MemoryError naming both numbers otherwise, state untouched),
-        # then pop them and return them as an int32 tensor on self.device.
+        # then pop them, clear their _is_free flags, and return them as an int32 tensor on self.device.
         # >>> solution
         if n < 0:
             raise ValueError(f"cannot allocate {n} slots")
         if n > len(self._free):
             raise MemoryError(f"KV cache full: {n} slots requested, {len(self._free)} free")
         taken = [self._free.pop() for _ in range(n)]
+        for s in taken:
+            self._is_free[s] = False
         return torch.tensor(taken, dtype=torch.int32, device=self.device)
         # <<< solution
 
     def free(self, slots: torch.Tensor) -> None:
         """Give slots back. Freeing a slot that is already free is a bug and raises ValueError."""
-        # TODO(ch04): reject slots out of range or already free (ValueError, nothing freed), then push them back.
+        # TODO(ch04): reject slots out of range, already free (their _is_free flag) or repeated (ValueError,
+        # nothing freed); then set their flags and push them back on the free stack.
         # >>> solution
-        ids = [int(s) for s in slots.flatten().tolist()]
-        free_set = set(self._free)
-        bad = [s for s in ids if not 0 <= s < self.num_slots or s in free_set]
+        ids = slots.flatten().tolist()
+        bad = [s for s in ids if not 0 <= s < self.num_slots or self._is_free[s]]
         if bad or len(set(ids)) != len(ids):
             raise ValueError(f"double free or invalid KV slots: {sorted(set(bad)) or ids}")
+        for s in ids:
+            self._is_free[s] = True
         self._free.extend(ids)
         # <<< solution
 
     def check_integrity(self) -> None:
         """Every slot is free exactly once (call when no request holds slots)."""
-        if sorted(self._free) != list(range(self.num_slots)):
+        if sorted(self._free) != list(range(self.num_slots)) or not all(self._is_free):
             leaked = self.num_slots - len(set(self._free))
             raise AssertionError(f"KV slots leaked or double-freed: {leaked} of {self.num_slots} not free")
