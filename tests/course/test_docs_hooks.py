@@ -217,8 +217,7 @@ def test_tree_counts_and_marks(repo):
         "minisgl/layers/__init__.py",
         "minisgl/layers/norm.py",
         "minisgl/leaky.py",
-        "tiny_engine.py",
-    ]
+    ]  # chapter 0's standalone file belongs to its own tree only
     assert new == {"minisgl/bad.py", "minisgl/leaky.py", "minisgl/layers/__init__.py", "minisgl/layers/norm.py"}
     assert modified == {"minisgl/core.py"}
 
@@ -235,10 +234,9 @@ def test_tree_counts_and_marks(repo):
         │   ├── bad.py  (new)
         │   ├── core.py  (modified)
         │   └── leaky.py  (new)
-        └── tiny_engine.py
         ```
 
-        **7** files in total · **4** new in chapter 2 · **1** modified in chapter 2
+        **6** files in total · **4** new in chapter 2 · **1** modified in chapter 2
         { .course-tree-counts }
         """
     )
@@ -249,7 +247,7 @@ def test_tree_of_first_chapters(repo):
     assert paths == ["tiny_engine.py"] and new == {"tiny_engine.py"} and modified == set()
     assert "**1** file in total · **1** new in chapter 0 · **0** modified in chapter 0" in hook.render_tree(0)
     paths, new, modified = hook.tree_status(1)
-    assert len(paths) == 3 and new == {"minisgl/__init__.py", "minisgl/core.py"} and modified == set()
+    assert len(paths) == 2 and new == {"minisgl/__init__.py", "minisgl/core.py"} and modified == set()
 
 
 def test_tree_of_missing_chapter_raises(repo):
@@ -320,6 +318,6 @@ def test_text_that_only_looks_like_a_directive_is_left_alone(repo):
 def test_on_page_markdown_event(repo):
     page = SimpleNamespace(file=SimpleNamespace(src_uri="chapters/ch01_core.md"))
     out = hook.on_page_markdown("::tree 1\n", page=page, config={}, files=None)
-    assert "**3** files in total" in out
+    assert "**2** files in total" in out
     with pytest.raises(PluginError, match="docs/chapters/ch01_core.md:1"):
         hook.on_page_markdown("::tree 7\n", page=page, config={}, files=None)
