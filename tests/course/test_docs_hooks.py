@@ -226,14 +226,14 @@ def test_tree_counts_and_marks(repo):
         """\
         ```text title="the package at the end of chapter 2"
         .
-        ├── minisgl/
-        │   ├── layers/
-        │   │   ├── __init__.py  (new)
-        │   │   └── norm.py  (new)
-        │   ├── __init__.py
-        │   ├── bad.py  (new)
-        │   ├── core.py  (modified)
-        │   └── leaky.py  (new)
+        └── minisgl/
+            ├── layers/
+            │   ├── __init__.py  (new)
+            │   └── norm.py  (new)
+            ├── __init__.py
+            ├── bad.py  (new)
+            ├── core.py  (modified)
+            └── leaky.py  (new)
         ```
 
         **6** files in total · **4** new in chapter 2 · **1** modified in chapter 2
