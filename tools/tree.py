@@ -6,13 +6,15 @@ from the highest chapter <= N that has it. Chapters that do not exist yet are si
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
-CHAPTERS = ROOT / "chapters"
+# The learner workspace; MINISGL_CHAPTERS_DIR points elsewhere (the course's own tests use a copy).
+CHAPTERS = Path(os.environ.get("MINISGL_CHAPTERS_DIR", ROOT / "chapters"))
 BUILD = ROOT / "build"
 
 # Files of a chapter folder that belong to the chapter, not to the package tree.

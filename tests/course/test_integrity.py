@@ -85,3 +85,11 @@ def test_main_runs_on_reference_tree(ch):
     assert script.exists(), f"{ch.slug} has no main.py"
     output = capture(script, assemble(ch.number, "ref"), threads=1)
     assert output.strip(), "the example printed nothing"
+
+
+@pytest.mark.parametrize("name", ["generate", "stage1"])
+def test_examples_run_on_final_tree(name):
+    from tools.course import EXAMPLES
+
+    output = capture(EXAMPLES / f"{name}.py", assemble(FINAL, "ref"), threads=1)
+    assert "tokens/s" in output
