@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from tools import skeleton
-from tools.tree import BUILD, ROOT, STANDALONE, Chapter, all_chapters, chapter_files, get_chapter, reference_files
+from tools.tree import BUILD, ROOT, Chapter, all_chapters, chapter_files, get_chapter, overlay, reference_files
 
 TESTS = ROOT / "tests"
 
@@ -38,14 +38,8 @@ def _link_tree(dest: Path, files: dict[str, Path]) -> Path:
 
 
 def learner_files(n: int, mine: bool = False) -> dict[str, Path]:
-    if mine:
-        files: dict[str, Path] = {}
-        for ch in all_chapters():
-            if ch.slug in STANDALONE and ch.number != n:
-                continue
-            if ch.number <= n:
-                files.update(chapter_files(ch.skeleton_dir))
-        return files
+    if mine:  # the learner's own engine: their files of every chapter <= n
+        return overlay(n, lambda ch: ch.skeleton_dir)
     files = reference_files(n - 1, tree_of=n)
     files.update(chapter_files(get_chapter(n).skeleton_dir))
     return files

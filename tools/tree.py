@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -81,19 +82,22 @@ def chapter_files(folder: Path) -> dict[str, Path]:
     return out
 
 
-def reference_files(n: int, tree_of: int | None = None) -> dict[str, Path]:
-    """The overlay of solutions/ch00..chN, for the tree of chapter `tree_of` (default N).
+def overlay(n: int, folder_of: Callable[[Chapter], Path], tree_of: int | None = None) -> dict[str, Path]:
+    """For every path, the copy from the highest chapter <= n that has it, reading folder_of(chapter).
 
-    A standalone chapter's files only belong to that chapter's own tree.
+    The tree is for chapter `tree_of` (default n): a standalone chapter's files only belong to its own tree.
     """
     tree_of = n if tree_of is None else tree_of
     tree: dict[str, Path] = {}
     for ch in all_chapters():
-        if ch.slug in STANDALONE and ch.number != tree_of:
-            continue
-        if ch.number <= n:
-            tree.update(chapter_files(ch.solution_dir))
+        if ch.number <= n and (ch.slug not in STANDALONE or ch.number == tree_of):
+            tree.update(chapter_files(folder_of(ch)))
     return tree
+
+
+def reference_files(n: int, tree_of: int | None = None) -> dict[str, Path]:
+    """The overlay of solutions/ch00..chN."""
+    return overlay(n, lambda ch: ch.solution_dir, tree_of)
 
 
 def last_chapter() -> int:
