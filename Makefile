@@ -8,6 +8,9 @@ ARGS    ?=
 DEPS    := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 COURSE  := $(PY) -m tools.course
 FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
+# Models are local folders: never ask a hub (it is not reachable, and must not be needed).
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
 
 .PHONY: help deps models run check diff reset progress skeletons docs docs-build outputs test test-fast test-gpu clean need-ch
 
