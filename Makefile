@@ -12,7 +12,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check diff reset progress skeletons docs docs-build outputs test test-fast test-gpu clean need-ch
+.PHONY: help deps models run check diff reset progress skeletons docs docs-build outputs test test-fast clean need-ch
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -68,9 +68,6 @@ docs: deps  ## read the book at http://127.0.0.1:8000
 test: deps models  ## the maintainers' full check (what CI runs)
 	$(PY) -m tools.vendor_assets
 	$(PY) -m pytest tests/course -n 2 -p no:cacheprovider -v --durations=15
-
-test-gpu: deps models  ## the GPU suites (needs CUDA)
-	$(PY) -m pytest tests/course -m gpu -p no:cacheprovider -v
 
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor

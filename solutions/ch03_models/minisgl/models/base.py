@@ -1,0 +1,21 @@
+"""BaseLLMModel: what the engine expects of every model."""
+
+from __future__ import annotations
+
+import torch
+
+from minisgl.core import Batch
+from minisgl.layers.base import BaseOP
+
+
+def last_token_indices(batch: Batch) -> torch.Tensor:
+    """Index, in the flattened batch, of each request's last new token (the one whose logits we sample)."""
+    ends = torch.cumsum(torch.tensor([r.extend_len for r in batch.reqs]), dim=0)
+    return (ends - 1).to(batch.input_ids.device)
+
+
+class BaseLLMModel(BaseOP):
+    """forward() reads the current batch from the global context and returns one row of logits per request."""
+
+    def forward(self) -> torch.Tensor:
+        raise NotImplementedError
