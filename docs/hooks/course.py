@@ -245,6 +245,30 @@ def render_output(slug: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# ::problems
+
+
+def render_problems(chapter: int | None = None) -> str:
+    """A table of the practice problems (all, or one chapter's), read from practice/problems/."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("practice_judge", ROOT / "practice" / "judge.py")
+    judge = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = judge  # dataclasses look their module up there
+    spec.loader.exec_module(judge)
+    try:
+        problems = [p for p in judge.all_problems() if chapter is None or p.chapter == chapter]
+    except (ValueError, KeyError) as e:
+        raise DirectiveError(f"a practice problem is malformed: {e}") from e
+    if not problems:
+        return "_No practice problems for this chapter yet._\n"
+    rows = ["| problem | chapter | difficulty | judge it locally |", "|---|---|---|---|"]
+    for p in problems:
+        rows.append(f"| {p.title} | {p.chapter} | {p.difficulty} | `python practice/judge.py start {p.id}` |")
+    return "\n".join(rows) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
 # page expansion
 
 
@@ -261,7 +285,11 @@ def expand_directive(name: str, args: list[str]) -> str:
         if len(args) != 1:
             raise DirectiveError("usage: ::output <chapter slug>")
         return render_output(args[0])
-    raise DirectiveError(f"unknown directive ::{name} (known: ::code, ::tree, ::output)")
+    if name == "problems":
+        if len(args) > 1 or (args and not args[0].isdigit()):
+            raise DirectiveError("usage: ::problems [chapter number]")
+        return render_problems(int(args[0]) if args else None)
+    raise DirectiveError(f"unknown directive ::{name} (known: ::code, ::tree, ::output, ::problems)")
 
 
 def expand_markdown(markdown: str, where: str = "<page>") -> str:

@@ -1,0 +1,55 @@
+"""Practice problems (design, section 7): every reference solution passes, every starter fails, and the
+shared runner reports failures, examples and time limits the way both judges rely on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tools.tree import ROOT
+
+sys.path.insert(0, str(ROOT / "practice"))
+
+import judge  # noqa: E402
+from runner import run  # noqa: E402
+
+PROBLEMS = judge.all_problems()
+TESTS = "from solution import f\nEXAMPLES = ['test_one']\n\ndef test_one():\n    assert f(1) == 2, 'f(1) should be 2'\n\n" \
+        "def test_two():\n    assert f(2) == 4\n"
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=[p.id for p in PROBLEMS])
+def test_problem_is_sound(problem):
+    assert not judge.check_problem(problem)
+
+
+def test_every_chapter_so_far_has_problems():
+    chapters = {p.chapter for p in PROBLEMS}
+    assert chapters, "no practice problems"
+
+
+def test_runner_reports_the_failing_assertion():
+    result = run("def f(x):\n    return x + 1\n", TESTS)
+    assert not result["ok"]
+    assert [r["passed"] for r in result["results"]] == [True, False]
+    assert result["results"][1]["line"] == 8
+    assert result["results"][1]["message"] == "failed: assert f(2) == 4", "a bare assert shows its source line"
+
+
+def test_runner_examples_only_and_load_errors():
+    assert [r["name"] for r in run("def f(x):\n    return 2 * x\n", TESTS, examples_only=True)["results"]] == ["test_one"]
+    broken = run("def f(x) return x\n", TESTS)
+    assert not broken["ok"] and "does not load" in broken["error"]
+
+
+def test_runner_stops_an_infinite_loop():
+    result = run("def f(x):\n    while True:\n        pass\n", TESTS, time_limit=0.3)
+    assert not result["ok"]
+    assert all("time limit" in r["message"] for r in result["results"])
+
+
+def test_judge_cli_check():
+    proc = subprocess.run([sys.executable, "practice/judge.py", "check"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
