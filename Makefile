@@ -6,13 +6,14 @@ MINE    ?=
 V       ?=
 ARGS    ?=
 DEPS    := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+LABDEPS := build/.lab-deps-$(shell cat requirements-lab.txt | cksum | cut -d' ' -f1)
 COURSE  := $(PY) -m tools.course
 FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 # Models are local folders: never ask a hub (it is not reachable, and must not be needed).
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check diff reset progress skeletons docs docs-build outputs test test-fast clean need-ch
+.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-fast clean need-ch
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -25,6 +26,11 @@ $(DEPS): requirements.txt
 	@mkdir -p build && touch $@
 
 deps: $(DEPS)  ## install the Python packages (once; again when requirements.txt changes)
+
+$(LABDEPS): requirements-lab.txt $(DEPS)
+	@echo "== installing JupyterLab (requirements-lab.txt; only \`make lab\` needs it)"
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-lab.txt
+	@mkdir -p build && touch $@
 
 models: deps  ## build the model fixtures (tiny-qwen3, tiny-llama) and convert SmolLM2-135M into models/
 	$(PY) -m tools.models
@@ -42,6 +48,9 @@ endif
 check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
 	$(COURSE) check $(CH) $(FLAGS)
 
+lab: need-ch deps $(LABDEPS)  ## JupyterLab on 127.0.0.1 with chapter CH's tree importable (MINE=1 / SOL=1 as for check)
+	$(COURSE) lab $(CH) $(FLAGS) $(ARGS)
+
 diff: need-ch  ## what chapter CH changes compared to chapter CH-1 (reference)
 	@$(COURSE) diff $(CH)
 
@@ -53,6 +62,9 @@ progress: deps  ## every chapter: not started / in progress / passing
 
 skeletons:  ## (maintainers) regenerate chapters/ from solutions/ (never overwrites your edits)
 	$(PY) -m tools.skeleton
+
+notebooks: deps  ## (maintainers) regenerate notebooks/*.ipynb from examples/stage*.py (jupytext)
+	$(PY) -m tools.notebooks
 
 outputs: deps models  ## (maintainers) rerun every chapter example and store its output under docs/outputs
 	$(COURSE) outputs

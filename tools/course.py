@@ -1,4 +1,4 @@
-"""Learner-facing course commands: check, run, diff, reset, progress (design, section 3).
+"""Learner-facing course commands: check, run, lab, diff, reset, progress (design, section 3).
 
 Trees are assembled under build/ with symlinks, one folder per tree, and put first on PYTHONPATH:
     build/ref/chNN      the reference tree at chapter N             (SOL=1)
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,14 +28,28 @@ TESTS = ROOT / "tests"
 
 
 # ----------------------------------------------------------------------------- trees
+def _current_links(dest: Path) -> dict[str, Path]:
+    return {p.relative_to(dest).as_posix(): Path(os.readlink(p)) for p in dest.rglob("*") if p.is_symlink()}
+
+
 def _link_tree(dest: Path, files: dict[str, Path]) -> Path:
-    if dest.exists():
-        shutil.rmtree(dest)
-    for rel, src in files.items():
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(src.resolve())
-    dest.mkdir(parents=True, exist_ok=True)
+    """Make dest a tree of symlinks to `files`. An identical tree is left alone; a new one is built beside
+    it and swapped in under a lock, so parallel test processes never see a half-built tree."""
+    wanted = {rel: src.resolve() for rel, src in files.items()}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if dest.is_dir() and _current_links(dest) == wanted:
+            return dest
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-new-", dir=dest.parent))
+        for rel, src in wanted.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).symlink_to(src)
+        old = dest.with_name(f".{dest.name}-old-{os.getpid()}")
+        if dest.exists():
+            dest.rename(old)
+        staging.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
     return dest
 
 
@@ -174,6 +190,22 @@ def cmd_run(n: int, sol: bool, mine: bool = False, tree: Path | None = None, arg
     return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=tree_env(tree)).returncode
 
 
+# ----------------------------------------------------------------------------- lab
+def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int:
+    """JupyterLab on 127.0.0.1 (no browser opened), its kernels importing the same tree `make check` uses."""
+    from tools.notebooks import kernel_env
+
+    tree = assemble(n, "ref" if sol else ("mine" if mine else "learner"))
+    print(f"== JupyterLab, chapter {n} tree: {tree.relative_to(ROOT)} (open the URL with the token below; "
+          "notebooks/ holds the stage milestones; Ctrl-C stops it)", flush=True)
+    cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", "--no-browser", f"--ServerApp.root_dir={ROOT}",
+           *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []), *(args or [])]
+    try:
+        return subprocess.run(cmd, cwd=ROOT, env=kernel_env(tree_env(tree))).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
 EXAMPLES = ROOT / "examples"
 OUTPUTS = ROOT / "docs" / "outputs"
 
@@ -260,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("check", "run", "diff", "reset", "tree"):
+    for name in ("check", "run", "lab", "diff", "reset", "tree"):
         p = sub.add_parser(name)
         p.add_argument("ch", type=int)
         p.add_argument("--sol", action="store_true", help="use the reference solution of this chapter")
@@ -272,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ex = sub.add_parser("example")
     ex.add_argument("name")
     a, rest = ap.parse_known_args(argv)
-    if rest and a.cmd not in ("run", "example"):
+    if rest and a.cmd not in ("run", "example", "lab"):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if a.cmd == "progress":
@@ -285,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(a.ch, a.mine, a.sol, a.verbose)
         if a.cmd == "run":
             return cmd_run(a.ch, a.sol, a.mine, args=rest)
+        if a.cmd == "lab":
+            return cmd_lab(a.ch, a.sol, a.mine, args=rest)
         if a.cmd == "diff":
             return cmd_diff(a.ch)
         if a.cmd == "reset":

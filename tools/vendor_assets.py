@@ -1,10 +1,15 @@
 """Bundle the docs site's JavaScript/CSS assets locally (design, section 5: no CDN).
 
-The book must work offline, so mermaid (diagrams) and KaTeX (math) are taken from their npm
-packages at build time and copied into docs/assets/vendor/ (git-ignored):
+The book must work offline, so mermaid (diagrams), KaTeX (math), Pyodide (Python in the browser,
+for the practice judge) and CodeMirror 5 (its editor) are taken from their npm packages at build
+time and copied into docs/assets/vendor/ (git-ignored):
 
     docs/assets/vendor/mermaid/mermaid.min.js
     docs/assets/vendor/katex/katex.min.js, katex.min.css, fonts/*, contrib/auto-render.min.js
+    docs/assets/vendor/pyodide/pyodide.mjs, pyodide.asm.mjs, pyodide.asm.wasm, python_stdlib.zip,
+                               pyodide-lock.json   (the core runtime: what loadPyodide fetches)
+    docs/assets/vendor/codemirror/codemirror.js, codemirror.css, mode/python/python.js,
+                                  addon/edit/matchbrackets.js
 
 mkdocs.yml loads them through extra_javascript / extra_css. mkdocs-material only fetches mermaid
 from unpkg when no global `mermaid` exists, so the self-hosted copy is the one used.
@@ -35,8 +40,8 @@ VENDOR = ROOT / "docs" / "assets" / "vendor"
 STAMP = VENDOR / ".stamp.json"
 
 # Exact versions (inside mermaid@11 and katex@0.16) so every build bundles the same bytes.
-# mkdocs-material 9.x is written against mermaid 11.
-PACKAGES = {"mermaid": "11.17.2", "katex": "0.16.47"}
+# mkdocs-material 9.x is written against mermaid 11. CodeMirror stays on 5 (plain scripts, no bundler).
+PACKAGES = {"mermaid": "11.17.2", "katex": "0.16.47", "pyodide": "314.0.7", "codemirror": "5.65.21"}
 
 # (package, path inside the tarball's package/ folder, destination under VENDOR). A trailing "/"
 # copies every file of that folder.
@@ -48,6 +53,19 @@ FILES = [
     ("katex", "dist/contrib/auto-render.min.js", "katex/contrib/auto-render.min.js"),
     ("katex", "dist/fonts/", "katex/fonts/"),
     ("katex", "LICENSE", "katex/LICENSE"),
+    # Pyodide's npm package is the core runtime only (no package wheels); the page's worker imports
+    # pyodide.mjs, which fetches the rest from the same folder (indexURL). MPL-2.0 (package.json).
+    ("pyodide", "pyodide.mjs", "pyodide/pyodide.mjs"),
+    ("pyodide", "pyodide.asm.mjs", "pyodide/pyodide.asm.mjs"),
+    ("pyodide", "pyodide.asm.wasm", "pyodide/pyodide.asm.wasm"),
+    ("pyodide", "python_stdlib.zip", "pyodide/python_stdlib.zip"),
+    ("pyodide", "pyodide-lock.json", "pyodide/pyodide-lock.json"),
+    ("pyodide", "package.json", "pyodide/package.json"),
+    ("codemirror", "lib/codemirror.js", "codemirror/codemirror.js"),
+    ("codemirror", "lib/codemirror.css", "codemirror/codemirror.css"),
+    ("codemirror", "mode/python/python.js", "codemirror/mode/python/python.js"),
+    ("codemirror", "addon/edit/matchbrackets.js", "codemirror/addon/edit/matchbrackets.js"),
+    ("codemirror", "LICENSE", "codemirror/LICENSE"),
 ]
 
 # Files whose presence the fast path checks (the fonts folder is checked for being non-empty).

@@ -9,6 +9,11 @@ admonition or a content tab; the expansion keeps the indentation):
     ::tree N                                      the package tree of the reference tree at chapter N
                                                    with (new)/(modified) marks and counts
     ::output <slug>                               docs/outputs/<slug>.txt (made by `make outputs`)
+    ::problems [N]                                the practice problems (all, or chapter N's), each
+                                                   title linked to its page
+
+The hook also generates one page per practice problem (practice/<id>.md, from practice/problems/<id>/:
+statement, the browser judge's editor and buttons, the explanation folded); practice.js runs it.
 
 Solution marker lines (`# >>> solution` / `# <<< solution`) are removed from included code.
 Any problem (missing file, missing symbol, unknown directive, missing output) fails the build with
@@ -248,31 +253,117 @@ def render_output(slug: str) -> str:
 # ::problems
 
 
-def render_problems(chapter: int | None = None) -> str:
-    """A table of the practice problems (all, or one chapter's), read from practice/problems/."""
+PRACTICE_DIR = "practice"  # where the generated problem pages live in the site (docs-relative)
+PRACTICE_TIME_LIMIT = 10  # seconds for one Run/Submit in the browser (Pyodide's startup not counted)
+
+
+def _judge():
+    """practice/judge.py, loaded as a module (Problem, all_problems, load)."""
     import importlib.util
 
+    if "practice_judge" in sys.modules:
+        return sys.modules["practice_judge"]
     spec = importlib.util.spec_from_file_location("practice_judge", ROOT / "practice" / "judge.py")
     judge = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = judge  # dataclasses look their module up there
-    spec.loader.exec_module(judge)
     try:
-        problems = [p for p in judge.all_problems() if chapter is None or p.chapter == chapter]
+        spec.loader.exec_module(judge)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    return judge
+
+
+def _problems() -> list:
+    try:
+        return _judge().all_problems()
     except (ValueError, KeyError) as e:
         raise DirectiveError(f"a practice problem is malformed: {e}") from e
+
+
+def render_problems(chapter: int | None = None, page_dir: str = PRACTICE_DIR) -> str:
+    """A table of the practice problems (all, or one chapter's), read from practice/problems/.
+
+    Each title links to the problem's generated page (relative to `page_dir`, the docs folder of the
+    page that holds the table); practice.js fills the first column with solved marks (localStorage)
+    and gives the `.practice-index` block its chapter/difficulty filters.
+    """
+    import posixpath
+
+    problems = [p for p in _problems() if chapter is None or p.chapter == chapter]
     if not problems:
         return "_No practice problems for this chapter yet._\n"
-    rows = ["| problem | chapter | difficulty | judge it locally |", "|---|---|---|---|"]
+    rows = ["| | problem | chapter | difficulty | judge it locally |", "|---|---|---|---|---|"]
     for p in problems:
-        rows.append(f"| {p.title} | {p.chapter} | {p.difficulty} | `python practice/judge.py start {p.id}` |")
-    return "\n".join(rows) + "\n"
+        link = posixpath.relpath(f"{PRACTICE_DIR}/{p.id}.md", page_dir or ".")
+        mark = f'<span class="practice-solved" data-problem="{p.id}" title="solved"></span>'
+        rows.append(f"| {mark} | [{p.title}]({link}) | {p.chapter} | {p.difficulty} "
+                    f"| `python practice/judge.py start {p.id}` |")
+    table = "\n".join(rows)
+    return f'<div class="practice-index" markdown>\n\n{table}\n\n</div>\n'
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join((prefix + line) if line.strip() else "" for line in text.splitlines())
+
+
+def problem_page(problem) -> str:
+    """The markdown of one problem's page: statement, the browser judge, the explanation folded."""
+    import base64
+    import json
+
+    data = {
+        "id": problem.id,
+        "title": problem.title,
+        "starter": problem.source("starter.py"),
+        "tests": problem.source("tests.py"),
+        "runner": (ROOT / "practice" / "runner.py").read_text(encoding="utf-8"),
+        "timeLimit": PRACTICE_TIME_LIMIT,
+    }
+    # base64: nothing in the sources can close the <script> element or be touched by markdown.
+    payload = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
+    tags = "".join(f" · `{t}`" for t in problem.tags)
+    explanation = problem.explanation or "_No explanation yet._"
+    title = json.dumps(problem.title)
+    return f"""---
+title: {title}
+---
+
+# {problem.title}
+
+<p class="practice-meta">Chapter {problem.chapter} · <span class="practice-difficulty practice-{problem.difficulty}">{problem.difficulty}</span> <span class="practice-solved" data-problem="{problem.id}" title="solved"></span></p>
+
+{problem.statement}
+
+## Your solution
+
+<div class="practice-judge" data-problem="{problem.id}">
+<div class="practice-editor"><textarea class="practice-code" spellcheck="false" aria-label="your solution"></textarea></div>
+<div class="practice-buttons">
+<button type="button" class="md-button md-button--primary practice-run" title="run the example tests (Ctrl+Enter)">Run</button>
+<button type="button" class="md-button md-button--primary practice-submit" title="run every test (Ctrl+Shift+Enter)">Submit</button>
+<button type="button" class="md-button practice-reset" title="put the starter code back">Reset</button>
+<span class="practice-status" role="status">Python starts when you first run your code.</span>
+</div>
+<div class="practice-results" aria-live="polite"></div>
+</div>
+<script type="application/json" class="practice-data">{payload}</script>
+
+**Run** checks the example tests, **Submit** every test. Your code runs in your browser (Pyodide,
+served by this site) and is saved in this browser as you type. Tags: {tags.removeprefix(" · ") or "none"}.
+Locally: `python practice/judge.py start {problem.id}`, then `python practice/judge.py {problem.id}`.
+
+??? note "Explanation"
+
+{_indent(explanation)}
+"""
 
 
 # --------------------------------------------------------------------------------------------
 # page expansion
 
 
-def expand_directive(name: str, args: list[str]) -> str:
+def expand_directive(name: str, args: list[str], page_dir: str = PRACTICE_DIR) -> str:
     if name == "code":
         if len(args) not in (1, 2):
             raise DirectiveError("usage: ::code solutions/<slug>/<path> [Symbol.qualname]")
@@ -288,12 +379,12 @@ def expand_directive(name: str, args: list[str]) -> str:
     if name == "problems":
         if len(args) > 1 or (args and not args[0].isdigit()):
             raise DirectiveError("usage: ::problems [chapter number]")
-        return render_problems(int(args[0]) if args else None)
+        return render_problems(int(args[0]) if args else None, page_dir)
     raise DirectiveError(f"unknown directive ::{name} (known: ::code, ::tree, ::output, ::problems)")
 
 
-def expand_markdown(markdown: str, where: str = "<page>") -> str:
-    """Expand every directive line of a page (outside fenced code)."""
+def expand_markdown(markdown: str, where: str = "<page>", page_dir: str = PRACTICE_DIR) -> str:
+    """Expand every directive line of a page (outside fenced code); page_dir: the page's docs folder."""
     out: list[str] = []
     fence: str | None = None  # the opening fence while inside a code block
     for lineno, line in enumerate(markdown.splitlines(keepends=True), 1):
@@ -315,7 +406,7 @@ def expand_markdown(markdown: str, where: str = "<page>") -> str:
             continue
         indent = d.group("indent")
         try:
-            block = expand_directive(d.group("name"), d.group("args").split())
+            block = expand_directive(d.group("name"), d.group("args").split(), page_dir)
         except DirectiveError as exc:
             raise PluginError(f"{where}:{lineno}: {stripped.strip()}\n    {exc}") from None
         block_lines = block.rstrip("\n").split("\n")
@@ -335,17 +426,36 @@ def on_config(config, **kwargs):
         if vendor_assets.ensure(quiet=False):
             log.info("course: vendored docs assets into docs/assets/vendor/")
     except vendor_assets.VendorError as exc:
-        raise PluginError(f"course: cannot bundle the docs assets (mermaid, KaTeX):\n{exc}") from None
+        raise PluginError(f"course: cannot bundle the docs assets (mermaid, KaTeX, Pyodide, CodeMirror):\n{exc}") from None
     return config
 
 
+def on_files(files, config, **kwargs):
+    """One generated page per practice problem: practice/<id>.md (not in the nav; the tables link them)."""
+    from mkdocs.structure.files import File, InclusionLevel
+
+    try:
+        problems = _problems()
+    except DirectiveError as exc:
+        raise PluginError(f"course: {exc}") from None
+    for p in problems:
+        uri = f"{PRACTICE_DIR}/{p.id}.md"
+        if files.get_file_from_path(uri) is not None:
+            raise PluginError(f"course: docs/{uri} exists, but the hook generates it from practice/problems/{p.id}/")
+        files.append(File.generated(config, uri, content=problem_page(p), inclusion=InclusionLevel.NOT_IN_NAV))
+    return files
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
-    return expand_markdown(markdown, where=f"docs/{page.file.src_uri}")
+    import posixpath
+
+    where = f"docs/{page.file.src_uri}"
+    return expand_markdown(markdown, where=where, page_dir=posixpath.dirname(page.file.src_uri))
 
 
 def on_serve(server, config, builder, **kwargs):
     """`mkdocs serve`: rebuild when reference code or outputs change."""
-    for folder in (ROOT / "solutions",):
+    for folder in (ROOT / "solutions", ROOT / "practice" / "problems", ROOT / "practice" / "runner.py"):
         if folder.is_dir():
             server.watch(str(folder))
     return server
