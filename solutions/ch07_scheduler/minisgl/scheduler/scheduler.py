@@ -1,0 +1,113 @@
+"""Scheduler: the loop that turns a queue of requests into batches, step after step (continuous batching).
+
+Each step: pick a batch (new requests first, else every running request decodes), give its new tokens KV
+slots, run it, then record each request's token and retire the finished ones, which frees their slots for
+the requests still waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from minisgl.attention.utils import prepare_batch
+from minisgl.core import Batch, Req
+from minisgl.engine.engine import Engine
+from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.prefill import PrefillManager
+from minisgl.scheduler.utils import PendingReq
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
+        self.engine = engine
+        self.max_extend_tokens = max_extend_tokens
+        self.prefill_manager = PrefillManager(engine.table, engine.cache, max_extend_tokens)
+        self.decode_manager = DecodeManager()
+        self.finished: dict[int, Req] = {}
+        self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
+        self.on_token: Callable[[Req, int], None] | None = None
+
+    def check_request(self, pending: PendingReq) -> None:
+        """ValueError if the request could never run on this engine (nothing changes either way)."""
+        self.engine.check_request(pending.input_ids, pending.sampling_params)
+        if pending.slots_needed > self.engine.kv_cache.num_slots:
+            raise ValueError(f"request {pending.uid} needs {pending.slots_needed} KV slots but the whole pool has "
+                             f"{self.engine.kv_cache.num_slots}")
+        if len(pending.input_ids) > self.max_extend_tokens:
+            raise ValueError(f"prompt of {len(pending.input_ids)} tokens exceeds max_extend_tokens "
+                             f"{self.max_extend_tokens} (chunked prefill arrives in chapter 10)")
+
+    def add_request(self, pending: PendingReq) -> None:
+        self.check_request(pending)
+        self.prefill_manager.add(pending)
+
+    @property
+    def idle(self) -> bool:
+        return not self.prefill_manager.pending and not self.decode_manager.running
+
+    def schedule_next_batch(self) -> Batch | None:
+        """Prefill first (waiting requests get their first token sooner), otherwise decode all running requests."""
+        # TODO(ch07): ask the prefill manager for a batch, passing the slots the running requests still need;
+        # if it has none, fall back to the decode manager's batch.
+        # >>> solution
+        batch = self.prefill_manager.schedule_next_batch(self.decode_manager.reserved_slots())
+        return batch if batch is not None else self.decode_manager.schedule_next_batch()
+        # <<< solution
+
+    def _prepare_batch(self, batch: Batch) -> None:
+        """KV slots for every new token, recorded in the page table; then the flattened inputs."""
+        table = self.engine.table
+        slots = self.engine.cache.allocate(sum(r.extend_len for r in batch.reqs))
+        start = 0
+        for req in batch.reqs:
+            table.page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
+            start += req.extend_len
+        prepare_batch(batch, table.token_pool, table.page_table)
+
+    def is_finished(self, req: Req) -> bool:
+        eos = self.engine.model_config.eos_token_ids
+        return not req.can_decode or (not req.sampling_params.ignore_eos and req.output_ids[-1] in eos)
+
+    def _free(self, req: Req) -> None:
+        """Give back the request's KV slots (positions 0..cached_len-1) and its table row."""
+        self.engine.cache.free(self.engine.table.page_table[req.table_idx, : req.cached_len])
+        self.engine.table.free(req.table_idx)
+
+    def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
+        """Record each request's new token; finished requests leave and free everything they hold."""
+        # TODO(ch07): append each token on the host (and call on_token if set); a finished request is freed,
+        # removed from the running set if it was decoding, and stored in self.finished; an unfinished request
+        # of a prefill batch joins the decode manager.
+        # >>> solution
+        joined = []
+        for req, token in zip(batch.reqs, next_tokens):
+            req.append_host(token)
+            if self.on_token is not None:
+                self.on_token(req, token)
+            if self.is_finished(req):
+                self._free(req)
+                if batch.is_decode:
+                    self.decode_manager.remove(req)
+                self.finished[req.uid] = req
+            elif batch.is_prefill:
+                joined.append(req)
+        self.decode_manager.add(joined)
+        # <<< solution
+
+    def step(self) -> Batch | None:
+        """Run one batch; None when there is nothing to do."""
+        batch = self.schedule_next_batch()
+        if batch is None:
+            return None
+        self._prepare_batch(batch)
+        next_tokens = self.engine.forward_batch(batch).tolist()
+        self._process_last_data(batch, next_tokens)
+        self.history.append((batch.phase, [r.uid for r in batch.reqs]))
+        return batch
+
+    def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
+        while not self.idle:
+            if self.step() is None:
+                raise RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
+            if on_step is not None:
+                on_step()

@@ -1,0 +1,192 @@
+"""Chapter 7: the scheduler loop and LLM.generate, with continuous batching, against HF greedy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import MODEL_NAMES, hf_greedy, model_path, prompt_ids
+from minisgl.core import SamplingParams
+from minisgl.engine import Engine, EngineConfig
+from minisgl.llm import LLM
+from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.prefill import PrefillAdder, PrefillManager
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import PendingReq
+
+LOOP_STUBS = ("Scheduler.schedule_next_batch", "Scheduler._process_last_data", "PrefillManager.schedule_next_batch",
+              "PrefillAdder.try_add_one", "DecodeManager.reserved_slots")
+
+
+def assert_clean(engine: Engine) -> None:
+    engine.cache.check_integrity()
+    engine.table.check_integrity()
+
+
+def pending(uid: int, prompt_len: int, max_tokens: int) -> PendingReq:
+    return PendingReq(uid, torch.arange(1, prompt_len + 1, dtype=torch.int32), SamplingParams(max_tokens=max_tokens))
+
+
+@pytest.fixture(scope="module")
+def tiny_engine():
+    return Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=64, num_pages=40))
+
+
+@pytest.mark.stubs("PrefillAdder.try_add_one")
+def test_adder_respects_budget_rows_and_reservation(tiny_engine):
+    eng = tiny_engine
+    adder = PrefillAdder(token_budget=10, table=eng.table, cache=eng.cache, reserved=5)
+    assert adder.try_add_one(pending(0, 6, 4)) is not None  # 9 slots: 5 + 9 <= 40
+    assert adder.try_add_one(pending(1, 5, 2)) is None, "6 + 5 tokens exceed the budget of 10"
+    assert adder.try_add_one(pending(2, 4, 30)) is None, "5 + 9 reserved + 33 needed exceed 40 free slots"
+    req = adder.try_add_one(pending(3, 4, 20))  # 5 + 9 + 23 = 37 <= 40
+    assert req is not None and adder.token_budget == 0 and adder.reserved == 37
+    assert eng.table.token_pool[req.table_idx, :4].tolist() == [1, 2, 3, 4], "the prompt is in the token pool"
+    assert req.cached_len == 0 and req.extend_len == 4
+    assert adder.try_add_one(pending(4, 1, 1)) is None, "no budget left"
+    for r in adder.reqs:
+        eng.table.free(r.table_idx)
+    assert_clean(eng)
+
+
+@pytest.mark.stubs("PrefillManager.schedule_next_batch")
+def test_prefill_manager_is_first_come_first_served(tiny_engine):
+    eng = tiny_engine
+    manager = PrefillManager(eng.table, eng.cache, max_extend_tokens=12)
+    for p in [pending(0, 5, 2), pending(1, 9, 2), pending(2, 2, 2)]:
+        manager.add(p)
+    batch = manager.schedule_next_batch(reserved=0)
+    assert [r.uid for r in batch.reqs] == [0], "request 1 does not fit the budget, and request 2 may not overtake it"
+    assert [p.uid for p in manager.pending] == [1, 2]
+    eng.table.free(batch.reqs[0].table_idx)
+    assert manager.schedule_next_batch(reserved=39) is None, "nothing fits when the running requests hold the pool"
+    batch = manager.schedule_next_batch(reserved=0)
+    assert [r.uid for r in batch.reqs] == [1, 2]
+    for r in batch.reqs:
+        eng.table.free(r.table_idx)
+    assert_clean(eng)
+
+
+@pytest.mark.stubs("DecodeManager.reserved_slots")
+def test_running_requests_reserve_their_remaining_tokens():
+    from minisgl.core import Req
+
+    manager = DecodeManager()
+    reqs = [Req(torch.ones(3, dtype=torch.int32), i, 0, n, i, SamplingParams(max_tokens=n)) for i, n in enumerate([4, 1])]
+    for r in reqs:
+        r.complete_one()  # after prefill: one token generated each
+    manager.add(reqs)
+    assert manager.reserved_slots() == 3 + 0
+    assert manager.schedule_next_batch().is_decode
+
+
+@pytest.mark.stubs("Scheduler.schedule_next_batch")
+def test_prefill_goes_first(tiny_engine):
+    scheduler = Scheduler(tiny_engine)
+    assert scheduler.schedule_next_batch() is None
+    scheduler.add_request(pending(0, 3, 2))
+    batch = scheduler.schedule_next_batch()
+    assert batch.is_prefill and [r.uid for r in batch.reqs] == [0]
+    tiny_engine.table.free(batch.reqs[0].table_idx)
+    assert_clean(tiny_engine)
+
+
+@pytest.mark.stubs("Scheduler._process_last_data")
+def test_finished_requests_leave_and_free_everything(tiny_engine):
+    from minisgl.core import Batch, Req
+
+    eng = tiny_engine
+    scheduler = Scheduler(eng)
+    reqs = []
+    for uid, max_tokens in [(0, 1), (1, 3)]:
+        row = eng.table.allocate()
+        ids = torch.tensor([3, 4, 5], dtype=torch.int32)
+        eng.table.token_pool[row, :3] = ids
+        reqs.append(Req(ids, row, 0, max_tokens, uid, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    batch = Batch(reqs, "prefill")
+    scheduler._prepare_batch(batch)
+    tokens = eng.forward_batch(batch).tolist()
+    scheduler._process_last_data(batch, tokens)
+    assert list(scheduler.finished) == [0], "max_tokens=1: done after prefill"
+    assert scheduler.finished[0].output_ids == [tokens[0]]
+    assert scheduler.decode_manager.running == [reqs[1]], "the other request joins the decode set"
+    assert eng.table.available_size == eng.table.max_running_reqs - 1, "the finished request's row is free"
+    assert eng.cache.available_size == eng.kv_cache.num_slots - 3, "and so are its 3 KV slots"
+    decode = Batch([reqs[1]], "decode")
+    for _ in range(2):
+        scheduler._prepare_batch(decode)
+        scheduler._process_last_data(decode, eng.forward_batch(decode).tolist())
+    assert sorted(scheduler.finished) == [0, 1] and not scheduler.decode_manager.running
+    assert_clean(eng)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
+def test_generate_matches_hf(name):
+    llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=256)
+    prompts = prompt_ids(name, 3)
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=10, ignore_eos=True))
+    for prompt, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, 10)
+        assert isinstance(out["text"], str)
+    assert_clean(llm.engine)
+
+
+@pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
+def test_continuous_batching_requests_join_and_leave():
+    name = "tiny-llama"
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=128)
+    prompts = prompt_ids(name, 4)
+    max_tokens = [2, 8, 3, 5]
+    outputs = llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens])
+    for prompt, n, out in zip(prompts, max_tokens, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, n)
+    history = llm.scheduler.history
+    first_decode = next(i for i, (phase, _) in enumerate(history) if phase == "decode")
+    late_prefills = [uids for phase, uids in history[first_decode:] if phase == "prefill"]
+    assert late_prefills, "waiting requests join while others are decoding"
+    assert max(len(uids) for _, uids in history) <= 2, "never more running requests than table rows"
+    decodes_of_0 = sum(0 in uids for phase, uids in history if phase == "decode")
+    assert decodes_of_0 == 1, "request 0 (2 tokens) leaves after one decode step"
+    assert_clean(llm.engine)
+
+
+@pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
+def test_small_pool_makes_requests_wait_not_crash():
+    name = "tiny-qwen3"
+    prompts = prompt_ids(name, 4)
+    need = max(len(p) for p in prompts) + 12 - 1
+    llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=128, num_pages=need + 3)  # room for one at a time
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    for prompt, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, 12)
+    assert max(len(uids) for _, uids in llm.scheduler.history) == 1, "the pool only ever fits one request"
+    assert_clean(llm.engine)
+
+
+@pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
+def test_generate_stops_at_eos_like_hf():
+    name = "smollm2"
+    llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=512)
+    prompts = prompt_ids(name, 2)
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=48))
+    for prompt, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, 48, stop_at_eos=True)
+    assert "Paris" in outputs[0]["text"]
+    assert_clean(llm.engine)
+
+
+@pytest.mark.stubs("LLM.generate")
+def test_bad_input_is_refused_before_anything_is_queued():
+    llm = LLM(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=30)
+    good = [5, 6, 7]
+    for prompts, params, message in [
+        ([good, []], SamplingParams(max_tokens=2), "empty prompt"),
+        ([good, [1, 99999]], SamplingParams(max_tokens=2), "outside the vocabulary"),
+        ([good, good], [SamplingParams(max_tokens=2)], "2 prompts but 1 sampling params"),
+        ([good, list(range(1, 28))], SamplingParams(max_tokens=8), "whole pool has 30"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            llm.generate(prompts, params)
+        assert llm.scheduler.idle, "nothing was queued"
+    assert_clean(llm.engine)
