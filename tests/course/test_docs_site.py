@@ -15,13 +15,14 @@ import functools
 import http.server
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from tests.course.offline_browser import offline_page
 
 import pytest
 
@@ -119,13 +120,6 @@ def test_site_builds_without_external_assets(built_site: Path):
 # ------------------------------------------------------------------------------ browser check
 
 
-def _chromium() -> str | None:
-    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser"):
-        if candidate and (path := shutil.which(candidate)):
-            return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def site_server(built_site: Path):
     handler = functools.partial(_QuietHandler, directory=str(built_site))
@@ -159,88 +153,45 @@ Element.prototype.attachShadow = function (init) { return attach.call(this, { ..
 
 @pytest.mark.browser
 def test_site_renders_offline(built_site: Path, site_server: str):
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no system Chromium (install the Debian package: apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright Python package is not installed (pip install playwright; no browser download needed)")
-
     mermaid_pages = _pages_with(built_site, 'class="mermaid"')
     math_pages = _pages_with(built_site, 'class="arithmatex"')
     assert mermaid_pages, "no page has a mermaid diagram to check"
     assert math_pages, "no page has math to check"
     pages = sorted(set(mermaid_pages[:2] + math_pages[:2]))
-
-    blocked: list[str] = []
-    failed: list[str] = []
-    errors: list[str] = []
     font_loads: list[str] = []
     shots = ROOT / "build"
     shots.mkdir(exist_ok=True)
 
-    def route(r):
-        host = urlsplit(r.request.url).hostname or ""
-        if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-            r.continue_()
-        else:
-            blocked.append(r.request.url)
-            r.abort()
+    with offline_page({"width": 1280, "height": 900}, init_script=OPEN_SHADOW) as page:
+        page.on("response", lambda r: "/katex/fonts/" in r.url and r.ok and font_loads.append(r.url))
+        for rel in pages:
+            page.goto(f"{site_server}/{rel}", wait_until="load")
+            tag = rel.replace("/", "_").removesuffix(".html")
+            if rel in mermaid_pages:
+                n = page.evaluate("document.querySelectorAll('.md-content .mermaid').length")
+                page.wait_for_function(
+                    "() => { const d = [...document.querySelectorAll('div.mermaid')];"
+                    " return d.length > 0 && d.every(e => e.shadowRoot && e.shadowRoot.querySelector('svg')); }",
+                    timeout=20_000,
+                )
+                info = page.evaluate(
+                    "() => [...document.querySelectorAll('div.mermaid')].map(e => {"
+                    " const s = e.shadowRoot.querySelector('svg'); const b = s.getBoundingClientRect();"
+                    " return {w: b.width, h: b.height, nodes: s.querySelectorAll('.node').length,"
+                    " text: s.textContent.length}; })"
+                )
+                assert len(info) == n, f"{rel}: {n} diagrams, {len(info)} rendered"
+                for d in info:
+                    assert d["w"] > 50 and d["h"] > 20 and d["text"] > 0, f"{rel}: empty mermaid SVG {d}"
+                assert not page.query_selector_all("pre.mermaid"), f"{rel}: a mermaid block was left unrendered"
+            if rel in math_pages:
+                page.wait_for_function(
+                    "() => [...document.querySelectorAll('.arithmatex')].every(e => e.querySelector('.katex'))",
+                    timeout=20_000,
+                )
+                assert not page.query_selector_all(".katex-error"), f"{rel}: KaTeX could not typeset some math"
+                page.evaluate("document.fonts.ready")
+                assert page.evaluate("document.fonts.check('16px KaTeX_Main')"), f"{rel}: KaTeX font not loaded"
+            page.screenshot(path=str(shots / f"docs-site-{tag}.png"), full_page=True)
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=chromium,
-            headless=True,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.add_init_script(OPEN_SHADOW)
-            context.route("**/*", route)
-            page = context.new_page()
-            page.on("pageerror", lambda exc: errors.append(f"{page.url}: {exc}"))
-            page.on("console", lambda m: m.type == "error" and errors.append(f"{page.url}: console: {m.text}"))
-            # net::ERR_ABORTED is the browser cancelling a request (a navigation away from the page), not a
-            # missing file: those show as HTTP errors below, and requests to other hosts land in `blocked`.
-            page.on("requestfailed", lambda r: "ERR_ABORTED" not in (r.failure or "")
-                    and failed.append(f"{r.url} ({r.failure})"))
-            page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))
-            page.on("response", lambda r: "/katex/fonts/" in r.url and r.ok and font_loads.append(r.url))
-
-            for rel in pages:
-                page.goto(f"{site_server}/{rel}", wait_until="load")
-                tag = rel.replace("/", "_").removesuffix(".html")
-                if rel in mermaid_pages:
-                    n = page.evaluate("document.querySelectorAll('.md-content .mermaid').length")
-                    page.wait_for_function(
-                        "() => { const d = [...document.querySelectorAll('div.mermaid')];"
-                        " return d.length > 0 && d.every(e => e.shadowRoot && e.shadowRoot.querySelector('svg')); }",
-                        timeout=20_000,
-                    )
-                    info = page.evaluate(
-                        "() => [...document.querySelectorAll('div.mermaid')].map(e => {"
-                        " const s = e.shadowRoot.querySelector('svg'); const b = s.getBoundingClientRect();"
-                        " return {w: b.width, h: b.height, nodes: s.querySelectorAll('.node').length,"
-                        " text: s.textContent.length}; })"
-                    )
-                    assert len(info) == n, f"{rel}: {n} diagrams, {len(info)} rendered"
-                    for d in info:
-                        assert d["w"] > 50 and d["h"] > 20 and d["text"] > 0, f"{rel}: empty mermaid SVG {d}"
-                    assert not page.query_selector_all("pre.mermaid"), f"{rel}: a mermaid block was left unrendered"
-                if rel in math_pages:
-                    page.wait_for_function(
-                        "() => [...document.querySelectorAll('.arithmatex')].every(e => e.querySelector('.katex'))",
-                        timeout=20_000,
-                    )
-                    assert not page.query_selector_all(".katex-error"), f"{rel}: KaTeX could not typeset some math"
-                    page.evaluate("document.fonts.ready")
-                    assert page.evaluate("document.fonts.check('16px KaTeX_Main')"), f"{rel}: KaTeX font not loaded"
-                page.screenshot(path=str(shots / f"docs-site-{tag}.png"), full_page=True)
-        finally:
-            browser.close()
-
-    assert not blocked, "the site tried to reach other hosts:\n" + "\n".join(sorted(set(blocked)))
-    assert not failed, "requests failed:\n" + "\n".join(sorted(set(failed)))
-    assert not errors, "JavaScript errors:\n" + "\n".join(errors)
     assert font_loads, "no KaTeX font was loaded from the site"

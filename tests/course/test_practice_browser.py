@@ -17,11 +17,11 @@ import os
 import shutil
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
-from tests.course.test_docs_site import _chromium, built_site, site_server  # noqa: F401 - fixtures
+from tests.course.offline_browser import offline_page
+from tests.course.test_docs_site import built_site, site_server  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = "ch05-flatten-batch"
@@ -59,110 +59,68 @@ def _tests(page) -> dict[str, tuple[bool, str]]:
 
 @pytest.mark.browser
 def test_browser_judge(built_site: Path, site_server: str):  # noqa: F811
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no system Chromium (install the Debian package: apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright Python package is not installed (pip install playwright; no browser download needed)")
-
     assert WRONG != SOLUTION
     assert (built_site / "practice" / PROBLEM / "index.html").is_file(), "the problem page was not generated"
     for name in ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"):
         assert (built_site / "assets" / "vendor" / "pyodide" / name).is_file(), f"Pyodide's {name} is missing"
 
-    blocked: list[str] = []
-    failed: list[str] = []
-    errors: list[str] = []
-
-    def route(r):
-        host = urlsplit(r.request.url).hostname or ""
-        if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-            r.continue_()
-        else:
-            blocked.append(r.request.url)
-            r.abort()
-
     timings = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=chromium,
-            headless=True,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            context = browser.new_context(viewport={"width": 1200, "height": 900})
-            context.route("**/*", route)
-            page = context.new_page()
-            page.on("pageerror", lambda exc: errors.append(f"{page.url}: {exc}"))
-            page.on("console", lambda m: m.type == "error" and errors.append(f"{page.url}: console: {m.text}"))
-            # net::ERR_ABORTED is the browser cancelling a request (a navigation away from the page), not a
-            # missing file: those show as HTTP errors below, and requests to other hosts land in `blocked`.
-            page.on("requestfailed", lambda r: "ERR_ABORTED" not in (r.failure or "")
-                    and failed.append(f"{r.url} ({r.failure})"))
-            page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))
+    with offline_page({"width": 1200, "height": 900}) as page:
+        page.goto(f"{site_server}/practice/{PROBLEM}/", wait_until="load")
+        page.evaluate("localStorage.clear()")
+        page.reload(wait_until="load")
+        page.wait_for_function("document.querySelector('.practice-judge').dataset.state === 'idle'", timeout=15_000)
+        starter = page.evaluate("document.querySelector('.practice-judge').practiceJudge.editor.getValue()")
+        assert "raise NotImplementedError" in starter, "the editor does not hold the starter"
+        assert page.is_visible("details.note summary") and not page.is_visible("details.note p"), \
+            "the explanation must be folded"
 
-            page.goto(f"{site_server}/practice/{PROBLEM}/", wait_until="load")
-            page.evaluate("localStorage.clear()")
-            page.reload(wait_until="load")
-            page.wait_for_function("document.querySelector('.practice-judge').dataset.state === 'idle'", timeout=15_000)
-            starter = page.evaluate("document.querySelector('.practice-judge').practiceJudge.editor.getValue()")
-            assert "raise NotImplementedError" in starter, "the editor does not hold the starter"
-            assert page.is_visible("details.note summary") and not page.is_visible("details.note p"), \
-                "the explanation must be folded"
+        # 1. the reference solution is accepted (the first run also starts Python)
+        state, timings["first submit (with Pyodide start)"] = _run(page, SOLUTION, "submit", 60_000)
+        timings["pyodide load"] = float(page.eval_on_selector(JUDGE, "e => e.dataset.pyodideLoadSeconds"))
+        results = _tests(page)
+        assert state == "solved", f"the reference solution was not accepted: {state} {results}"
+        assert len(results) == 6 and all(p for p, _ in results.values()), results
+        assert page.evaluate(f"!!localStorage.getItem('course.practice.solved.{PROBLEM}')"), "no solved mark stored"
+        assert page.evaluate(f"localStorage.getItem('course.practice.code.{PROBLEM}')") == SOLUTION
 
-            # 1. the reference solution is accepted (the first run also starts Python)
-            state, timings["first submit (with Pyodide start)"] = _run(page, SOLUTION, "submit", 60_000)
-            timings["pyodide load"] = float(page.eval_on_selector(JUDGE, "e => e.dataset.pyodideLoadSeconds"))
-            results = _tests(page)
-            assert state == "solved", f"the reference solution was not accepted: {state} {results}"
-            assert len(results) == 6 and all(p for p, _ in results.values()), results
-            assert page.evaluate(f"!!localStorage.getItem('course.practice.solved.{PROBLEM}')"), "no solved mark stored"
-            assert page.evaluate(f"localStorage.getItem('course.practice.code.{PROBLEM}')") == SOLUTION
+        # 2. a wrong solution: the failing test, its message and its line
+        state, timings["wrong submit"] = _run(page, WRONG, "submit", 20_000)
+        results = _tests(page)
+        assert state == "failed", state
+        passed, message = results["test_decode_batch_has_one_token_per_request"]
+        assert not passed and "a decode token sits at position cached_len" in message, results
+        assert "(tests.py line" in message, message
+        assert results["test_empty_batch"][0], "a test that should pass failed"
+        page.mouse.move(1150, 880)  # no hover effect on a button in the picture
+        page.evaluate("window.scrollTo(0, document.querySelector('#your-solution').getBoundingClientRect().top"
+                      " + window.scrollY - 70)")  # a scroll down: no "back to top" button
+        page.wait_for_timeout(300)
+        shot = ROOT / "build" / "practice-judge.png"
+        shot.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(shot))
+        committed = ROOT / "docs" / "assets" / "practice-judge.png"
+        if os.environ.get("UPDATE_SCREENSHOTS") == "1" or not committed.exists():
+            shutil.copy(shot, committed)
 
-            # 2. a wrong solution: the failing test, its message and its line
-            state, timings["wrong submit"] = _run(page, WRONG, "submit", 20_000)
-            results = _tests(page)
-            assert state == "failed", state
-            passed, message = results["test_decode_batch_has_one_token_per_request"]
-            assert not passed and "a decode token sits at position cached_len" in message, results
-            assert "(tests.py line" in message, message
-            assert results["test_empty_batch"][0], "a test that should pass failed"
-            page.mouse.move(1150, 880)  # no hover effect on a button in the picture
-            page.evaluate("window.scrollTo(0, document.querySelector('#your-solution').getBoundingClientRect().top"
-                          " + window.scrollY - 70)")  # a scroll down: no "back to top" button
-            page.wait_for_timeout(300)
-            shot = ROOT / "build" / "practice-judge.png"
-            shot.parent.mkdir(exist_ok=True)
-            page.screenshot(path=str(shot))
-            committed = ROOT / "docs" / "assets" / "practice-judge.png"
-            if os.environ.get("UPDATE_SCREENSHOTS") == "1" or not committed.exists():
-                shutil.copy(shot, committed)
+        # 3. an infinite loop: stopped within the limit, with a message
+        state, timings["infinite loop"] = _run(page, LOOP, "submit", (TIME_LIMIT + SLACK) * 1000)
+        assert state == "timeout", state
+        assert "Time limit exceeded (infinite loop?)" in page.inner_text(f"{JUDGE} .practice-results")
+        assert timings["infinite loop"] < TIME_LIMIT + SLACK
 
-            # 3. an infinite loop: stopped within the limit, with a message
-            state, timings["infinite loop"] = _run(page, LOOP, "submit", (TIME_LIMIT + SLACK) * 1000)
-            assert state == "timeout", state
-            assert "Time limit exceeded (infinite loop?)" in page.inner_text(f"{JUDGE} .practice-results")
-            assert timings["infinite loop"] < TIME_LIMIT + SLACK
+        # 4. the page still works: Run (examples) with a correct solution, on a fresh worker
+        state, timings["run after restart"] = _run(page, SOLUTION, "run", 60_000)
+        results = _tests(page)
+        assert state == "passed", f"Run after the timeout did not work: {state} {results}"
+        assert set(results) == {"test_statement_example", "test_single_fresh_request"}, results
 
-            # 4. the page still works: Run (examples) with a correct solution, on a fresh worker
-            state, timings["run after restart"] = _run(page, SOLUTION, "run", 60_000)
-            results = _tests(page)
-            assert state == "passed", f"Run after the timeout did not work: {state} {results}"
-            assert set(results) == {"test_statement_example", "test_single_fresh_request"}, results
-
-            # 5. the index: a link to the page, the solved mark, the chapter filter
-            page.goto(f"{site_server}/practice/", wait_until="load")
-            assert page.is_visible(f"a[href$='{PROBLEM}/']"), "the index does not link the problem page"
-            assert page.inner_text(f".practice-index .practice-solved[data-problem='{PROBLEM}']").strip() == "✓"
-            page.select_option(".practice-filters select[data-filter='chapter']", "5")
-            visible = page.evaluate("[...document.querySelectorAll('.practice-index tbody tr')].filter(r => !r.hidden).length")
-            assert visible == sum(1 for d in (ROOT / "practice" / "problems").iterdir() if d.name.startswith("ch05-"))
-        finally:
-            browser.close()
+        # 5. the index: a link to the page, the solved mark, the chapter filter
+        page.goto(f"{site_server}/practice/", wait_until="load")
+        assert page.is_visible(f"a[href$='{PROBLEM}/']"), "the index does not link the problem page"
+        assert page.inner_text(f".practice-index .practice-solved[data-problem='{PROBLEM}']").strip() == "✓"
+        page.select_option(".practice-filters select[data-filter='chapter']", "5")
+        visible = page.evaluate("[...document.querySelectorAll('.practice-index tbody tr')].filter(r => !r.hidden).length")
+        assert visible == sum(1 for d in (ROOT / "practice" / "problems").iterdir() if d.name.startswith("ch05-"))
 
     print("\nbrowser judge timings (s): " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
-    assert not blocked, "the judge tried to reach other hosts:\n" + "\n".join(sorted(set(blocked)))
-    assert not failed, "requests failed:\n" + "\n".join(sorted(set(failed)))
-    assert not errors, "JavaScript errors:\n" + "\n".join(errors)
