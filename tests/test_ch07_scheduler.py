@@ -104,7 +104,7 @@ def test_finished_requests_leave_and_free_everything(tiny_engine):
         eng.table.token_pool[row, :3] = ids
         reqs.append(Req(ids, row, 0, max_tokens, uid, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
     batch = Batch(reqs, "prefill")
-    scheduler._prepare_batch(batch)
+    eng.prepare_batch(batch)
     tokens = eng.forward_batch(batch).tolist()
     scheduler._process_last_data(batch, tokens)
     assert list(scheduler.finished) == [0], "max_tokens=1: done after prefill"
@@ -114,7 +114,7 @@ def test_finished_requests_leave_and_free_everything(tiny_engine):
     assert eng.cache.available_size == eng.kv_cache.num_slots - 3, "and so are its 3 KV slots"
     decode = Batch([reqs[1]], "decode")
     for _ in range(2):
-        scheduler._prepare_batch(decode)
+        eng.prepare_batch(decode)
         scheduler._process_last_data(decode, eng.forward_batch(decode).tolist())
     assert sorted(scheduler.finished) == [0, 1] and not scheduler.decode_manager.running
     assert_clean(eng)

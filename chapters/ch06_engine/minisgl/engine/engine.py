@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from minisgl.attention.torch_backend import TorchAttnBackend
+from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Context, SamplingParams, set_global_ctx
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
@@ -61,6 +62,16 @@ class Engine:
         if len(ids) + params.max_tokens > self.max_seq_len:
             raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {params.max_tokens} exceeds "
                              f"max_seq_len {self.max_seq_len}")
+
+    def prepare_batch(self, batch: Batch) -> None:
+        """Give every new token of the batch a KV slot, recorded in its request's page-table row, then flatten
+        the batch (input_ids, positions, out_loc). One allocation for the whole batch: all or nothing."""
+        slots = self.cache.allocate(sum(r.extend_len for r in batch.reqs))
+        start = 0
+        for req in batch.reqs:
+            self.table.page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
+            start += req.extend_len
+        prepare_batch(batch, self.table.token_pool, self.table.page_table)
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> torch.Tensor:

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import torch
 
-from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.engine import Engine
 
@@ -50,14 +49,7 @@ class ManualBatcher:
     def step(self, reqs: list[Req], phase: str) -> list[int]:
         """Give every request slots for its new tokens, run one forward pass, and record the new tokens."""
         batch = Batch(reqs, phase)
-        table, cache = self.engine.table, self.engine.cache
-        needed = sum(r.extend_len for r in reqs)
-        slots = cache.allocate(needed)  # all or nothing: raises before any page-table write
-        start = 0
-        for req in reqs:
-            table.page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
-            start += req.extend_len
-        prepare_batch(batch, table.token_pool, table.page_table)
+        self.engine.prepare_batch(batch)
         tokens = self.engine.forward_batch(batch).tolist()
         for req, token in zip(reqs, tokens):
             req.append_host(token)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
 from minisgl.scheduler.decode import DecodeManager
@@ -51,16 +50,6 @@ class Scheduler:
         # if it has none, fall back to the decode manager's batch.
         raise NotImplementedError("TODO(ch07): Scheduler.schedule_next_batch")
 
-    def _prepare_batch(self, batch: Batch) -> None:
-        """KV slots for every new token, recorded in the page table; then the flattened inputs."""
-        table = self.engine.table
-        slots = self.engine.cache.allocate(sum(r.extend_len for r in batch.reqs))
-        start = 0
-        for req in batch.reqs:
-            table.page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
-            start += req.extend_len
-        prepare_batch(batch, table.token_pool, table.page_table)
-
     def is_finished(self, req: Req) -> bool:
         eos = self.engine.model_config.eos_token_ids
         return not req.can_decode or (not req.sampling_params.ignore_eos and req.output_ids[-1] in eos)
@@ -82,7 +71,7 @@ class Scheduler:
         batch = self.schedule_next_batch()
         if batch is None:
             return None
-        self._prepare_batch(batch)
+        self.engine.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
         next_tokens = self.engine.forward_batch(batch).tolist()
         self._process_last_data(batch, next_tokens)
         self.history.append((batch.phase, [r.uid for r in batch.reqs]))
