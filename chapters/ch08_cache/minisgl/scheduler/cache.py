@@ -1,0 +1,97 @@
+"""CacheManager: the KV pool handed out in pages, and given back when requests finish.
+
+A page is `page_size` consecutive slots. A request's positions fill its pages in order: positions
+[k * page_size, (k + 1) * page_size) of a request live in one page, so the page table row of a request
+is a run of whole pages. With page_size 1 this is chapter 4's slot allocator; larger pages are what GPU
+attention kernels and the prefix cache of chapter 9 work with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from minisgl.core import Req
+
+
+def div_ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def slots_to_grow(from_len: int, to_len: int, page_size: int) -> int:
+    """Slots a request must still take to hold positions [0, to_len) when it holds [0, from_len) (whole pages)."""
+    return max(div_ceil(to_len, page_size) - div_ceil(from_len, page_size), 0) * page_size
+
+
+class CacheManager:
+    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor) -> None:
+        if page_table.shape[1] % page_size:
+            raise ValueError(f"page table width {page_table.shape[1]} is not a multiple of page_size {page_size}")
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.page_table = page_table
+        self.device = page_table.device
+        # A stack of free page ids, and a flag per page so that a double free is caught when it happens.
+        self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
+        self._is_free = [True] * num_pages
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
+
+    @property
+    def available_size(self) -> int:
+        """Slots that can still be handed out."""
+        return len(self._free_pages) * self.page_size
+
+    def slots_to_grow(self, from_len: int, to_len: int) -> int:
+        return slots_to_grow(from_len, to_len, self.page_size)
+
+    def _allocate(self, n: int) -> list[int]:
+        """Take n free pages, or raise MemoryError and change nothing."""
+        if n > len(self._free_pages):
+            raise MemoryError(f"KV cache full: {n} pages requested, {len(self._free_pages)} free")
+        pages = [self._free_pages.pop() for _ in range(n)]
+        for p in pages:
+            self._is_free[p] = False
+        return pages
+
+    def _page_slots(self, pages: Sequence[int]) -> torch.Tensor:
+        """The slots of these pages, page after page: page p holds slots p*page_size .. p*page_size+page_size-1."""
+        offsets = torch.arange(self.page_size, dtype=torch.int32)
+        return (torch.tensor(pages, dtype=torch.int32)[:, None] * self.page_size + offsets).flatten()
+
+    def allocate_paged(self, reqs: Sequence[Req]) -> None:
+        """Give every request the pages its next forward pass writes into, recorded in its page-table row.
+
+        A request holds pages for positions [0, cached_len) rounded up to whole pages; it needs pages up to
+        device_len rounded up. One allocation for all requests: all or nothing (MemoryError).
+        """
+        # TODO(ch08): for each request, the pages it lacks run from page div_ceil(cached_len) to page
+        # div_ceil(device_len) (in page units). Allocate all of them at once with _allocate, turn them into
+        # slots with _page_slots, and write each request's slots into page_table[table_idx, first*ps : last*ps]
+        # with one indexed assignment (rows and columns built on the CPU, moved to the table's device).
+        raise NotImplementedError("TODO(ch08): CacheManager.allocate_paged")
+
+    def free(self, slots: torch.Tensor) -> None:
+        """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
+        at a page's first slot; a shorter last page is the request's partly filled page. ValueError, and nothing
+        freed, on a slot that does not start a page where it should, or on a page that is already free."""
+        # TODO(ch08): every page_size-th slot of the run (from the first) must start a page (slot % page_size
+        # == 0); its page id is slot // page_size. Reject a misaligned run, a page out of range, a page that
+        # is already free or a repeated page (ValueError, nothing freed); then mark them free and push them.
+        raise NotImplementedError("TODO(ch08): CacheManager.free")
+
+    def cache_req(self, req: Req, finished: bool) -> None:
+        """What happens to a request's pages after a forward pass. Without sharing (this chapter) a finished
+        request gives back every page it holds and a running one keeps them; chapter 9 shares them instead."""
+        if finished:
+            end = div_ceil(req.cached_len, self.page_size) * self.page_size
+            self.free(self.page_table[req.table_idx, :end])
+
+    def check_integrity(self) -> None:
+        """Call when no request holds pages: every page is free exactly once (AssertionError naming the fault)."""
+        # TODO(ch08): a page id on the free stack twice is a double free; fewer free pages than num_pages is a
+        # leak; a flag in _is_free that disagrees with the stack is corrupted bookkeeping. Raise AssertionError.
+        raise NotImplementedError("TODO(ch08): CacheManager.check_integrity")

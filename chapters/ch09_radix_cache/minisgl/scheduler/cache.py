@@ -1,0 +1,151 @@
+"""CacheManager: the KV pool handed out in pages, and given back when requests finish.
+
+A page is `page_size` consecutive slots. A request's positions fill its pages in order: positions
+[k * page_size, (k + 1) * page_size) of a request live in one page, so the page table row of a request
+is a run of whole pages. With page_size 1 this is chapter 4's slot allocator; larger pages are what GPU
+attention kernels work with.
+
+Pages are free, held by a running request, or held by the prefix cache (chapter 9). A request that starts
+with a cached prefix reads the cache's pages (locked while it runs); when it finishes, its own pages go to
+the cache instead of the free list, and the cache gives pages back (eviction) when the free list runs short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from minisgl.core import Req
+from minisgl.kvcache.prefix_cache import CacheHandle, create_prefix_cache
+
+
+def div_ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def slots_to_grow(from_len: int, to_len: int, page_size: int) -> int:
+    """Slots a request must still take to hold positions [0, to_len) when it holds [0, from_len) (whole pages)."""
+    return max(div_ceil(to_len, page_size) - div_ceil(from_len, page_size), 0) * page_size
+
+
+class CacheManager:
+    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor, cache_type: str = "radix") -> None:
+        if page_table.shape[1] % page_size:
+            raise ValueError(f"page table width {page_table.shape[1]} is not a multiple of page_size {page_size}")
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.page_table = page_table
+        self.device = page_table.device
+        self.prefix_cache = create_prefix_cache(cache_type, page_size, self.device)
+        # A stack of free page ids, and a flag per page so that a double free is caught when it happens.
+        self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
+        self._is_free = [True] * num_pages
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
+
+    @property
+    def available_size(self) -> int:
+        """Slots that can still be handed out: free pages, and cached pages no running request uses."""
+        return len(self._free_pages) * self.page_size + self.prefix_cache.evictable_size
+
+    def slots_to_grow(self, from_len: int, to_len: int) -> int:
+        return slots_to_grow(from_len, to_len, self.page_size)
+
+    def _allocate(self, n: int) -> list[int]:
+        """Take n free pages, evicting cached prefixes if the free list is short; MemoryError and no change if
+        even that is not enough."""
+        if n * self.page_size > self.available_size:
+            raise MemoryError(f"KV cache full: {n} pages requested, {self.available_size // self.page_size} available")
+        if n > len(self._free_pages):
+            self.free(self.prefix_cache.evict((n - len(self._free_pages)) * self.page_size))
+        pages = [self._free_pages.pop() for _ in range(n)]
+        for p in pages:
+            self._is_free[p] = False
+        return pages
+
+    def _page_slots(self, pages: Sequence[int]) -> torch.Tensor:
+        """The slots of these pages, page after page: page p holds slots p*page_size .. p*page_size+page_size-1."""
+        offsets = torch.arange(self.page_size, dtype=torch.int32)
+        return (torch.tensor(pages, dtype=torch.int32)[:, None] * self.page_size + offsets).flatten()
+
+    def allocate_paged(self, reqs: Sequence[Req]) -> None:
+        """Give every request the pages its next forward pass writes into, recorded in its page-table row.
+
+        A request holds pages for positions [0, cached_len) rounded up to whole pages; it needs pages up to
+        device_len rounded up. One allocation for all requests: all or nothing (MemoryError).
+        """
+        ps = self.page_size
+        spans = [(r.table_idx, div_ceil(r.cached_len, ps), div_ceil(r.device_len, ps)) for r in reqs]
+        needed = sum(last - first for _, first, last in spans)
+        if needed == 0:
+            return
+        slots = self._page_slots(self._allocate(needed))
+        rows = torch.cat([torch.full(((last - first) * ps,), row) for row, first, last in spans])
+        cols = torch.cat([torch.arange(first * ps, last * ps) for _, first, last in spans])
+        self.page_table[rows.to(self.device), cols.to(self.device)] = slots.to(self.device)
+
+    def free(self, slots: torch.Tensor) -> None:
+        """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
+        at a page's first slot; a shorter last page is the request's partly filled page. ValueError, and nothing
+        freed, on a slot that does not start a page where it should, or on a page that is already free."""
+        ps = self.page_size
+        firsts = slots.flatten()[::ps].tolist()
+        if any(s % ps for s in firsts):
+            raise ValueError(f"slots {firsts} do not start pages of {ps} slots")
+        pages = [s // ps for s in firsts]
+        bad = [p for p in pages if not 0 <= p < self.num_pages or self._is_free[p]]
+        if bad or len(set(pages)) != len(pages):
+            raise ValueError(f"double free or invalid KV pages: {sorted(set(bad)) or pages}")
+        for p in pages:
+            self._is_free[p] = True
+        self._free_pages.extend(pages)
+
+    def match_req(self, ids: list[int]) -> tuple[CacheHandle, torch.Tensor]:
+        """The longest cached prefix of a prompt, leaving at least its last token to compute (the forward pass
+        that computes it gives the first output token): its handle and the KV slots of its tokens."""
+        return self.prefix_cache.match_prefix(ids[: len(ids) - 1])
+
+    def lock(self, handle: CacheHandle) -> None:
+        self.prefix_cache.lock_handle(handle)
+
+    def unlock(self, handle: CacheHandle) -> None:
+        self.prefix_cache.lock_handle(handle, unlock=True)
+
+    def cache_req(self, req: Req, finished: bool) -> None:
+        """Hand the request's computed pages to the prefix cache: after its prefill (it keeps running on them)
+        and when it finishes (it lets go of everything).
+
+        Positions of the request, with `old` its locked handle and `new` the handle after inserting:
+          [0, old)            the prefix it matched at admission: the cache's pages
+          [old, existed)      pages it computed that another request cached meanwhile: duplicates, freed
+          [existed, new)      pages it computed that the cache now owns
+          [new, cached_len)   the partly filled last page, which the cache does not take: freed when finished
+        """
+        # TODO(ch09): insert the whole pages of input_ids[:cached_len] with their slots from the page-table
+        # row; unlock the old handle (None counts as nothing cached); free the duplicates [old, existed). When
+        # finished, also free the pages from new.cached_len up to cached_len rounded up to a page. Otherwise
+        # point the row's [old, existed) at the cache's slots (ours were just freed), keep the new handle on
+        # the request, and lock it.
+        raise NotImplementedError("TODO(ch09): CacheManager.cache_req")
+
+    def check_integrity(self) -> None:
+        """Call when no request holds pages: every page is free or held by the prefix cache, exactly once, and
+        nothing in the cache is still locked (AssertionError naming the fault)."""
+        self.prefix_cache.check_integrity()
+        ps = self.page_size
+        free = self._free_pages
+        cached = [s // ps for s in self.prefix_cache.cached_slots()[::ps].tolist()]
+        if len(set(free)) != len(free):
+            raise AssertionError(f"KV pages double-freed: {len(free) - len(set(free))} duplicates on the free list")
+        if set(free) & set(cached):
+            raise AssertionError(f"KV pages both free and cached: {sorted(set(free) & set(cached))[:8]}")
+        if len(free) + len(cached) != self.num_pages:
+            raise AssertionError(f"KV pages leaked: {self.num_pages - len(free) - len(cached)} of {self.num_pages} "
+                                 f"neither free nor cached")
+        if any(self._is_free[p] for p in cached) or not all(self._is_free[p] for p in free):
+            raise AssertionError("KV page flags disagree with the free list")
+        if self.prefix_cache.protected_size:
+            raise AssertionError(f"{self.prefix_cache.protected_size} cached slots are still locked by no request")

@@ -1,0 +1,174 @@
+"""Chapter 8: the KV pool in pages (sizes 1, 4, 256), admission with page-rounded reservations, integrity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import MODEL_NAMES, hf_greedy, model_path, prompt_ids
+from minisgl.core import Batch, Req, SamplingParams
+from minisgl.engine import Engine, EngineConfig
+from minisgl.llm import LLM
+from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.prefill import PrefillAdder
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import PendingReq
+
+CACHE_STUBS = ("CacheManager.allocate_paged", "CacheManager.free", "CacheManager.check_integrity")
+ALL_STUBS = (*CACHE_STUBS, "PrefillAdder.try_add_one", "DecodeManager.reserved_slots")
+
+
+def assert_clean(engine: Engine) -> None:
+    engine.cache.check_integrity()
+    engine.table.check_integrity()
+
+
+def make_req(row: int, cached_len: int, device_len: int, max_tokens: int = 8) -> Req:
+    req = Req(torch.arange(device_len, dtype=torch.int32), row, 0, max_tokens, row, SamplingParams(max_tokens=max_tokens))
+    req.cached_len = cached_len
+    return req
+
+
+def pending(uid: int, prompt_len: int, max_tokens: int) -> PendingReq:
+    return PendingReq(uid, torch.arange(1, prompt_len + 1, dtype=torch.int32), SamplingParams(max_tokens=max_tokens))
+
+
+@pytest.mark.stubs("CacheManager.allocate_paged")
+def test_allocation_hands_out_whole_pages():
+    table = torch.full((3, 16), -1, dtype=torch.int32)
+    cache = CacheManager(num_pages=6, page_size=4, page_table=table)
+    a, b = make_req(0, 0, 5), make_req(1, 0, 3)
+    cache.allocate_paged([a, b])
+    assert cache.available_size == (6 - 3) * 4, "5 tokens take 2 pages, 3 tokens take 1"
+    for row, length in [(0, 8), (1, 4)]:
+        slots = table[row, :length]
+        pages = slots.view(-1, 4)
+        assert torch.equal(pages - pages[:, :1], torch.arange(4).expand_as(pages)), "a page is 4 consecutive slots"
+        assert (pages[:, 0] % 4 == 0).all(), "and starts at a multiple of the page size"
+        assert (table[row, length:] == -1).all(), "nothing beyond the pages it needs"
+    assert len(set(table[:2].flatten().tolist()) - {-1}) == 12, "no slot is handed out twice"
+    a.cached_len, a.device_len = 5, 8  # positions 5..7 sit in the page it already has
+    cache.allocate_paged([a])
+    assert cache.available_size == 12, "no new page until a request crosses a page boundary"
+    a.cached_len, a.device_len = 8, 9
+    cache.allocate_paged([a])
+    assert cache.available_size == 8
+    before = table.clone()
+    with pytest.raises(MemoryError):
+        cache.allocate_paged([make_req(2, 0, 9), make_req(1, 4, 5)])  # 3 + 1 pages, only 2 free
+    assert cache.available_size == 8 and torch.equal(table, before), "all or nothing"
+
+
+@pytest.mark.stubs("CacheManager.allocate_paged", "CacheManager.free")
+def test_free_gives_pages_back_and_refuses_double_or_misaligned_frees():
+    table = torch.zeros(2, 12, dtype=torch.int32)
+    cache = CacheManager(num_pages=5, page_size=4, page_table=table)
+    req = make_req(0, 0, 6)
+    cache.allocate_paged([req])
+    with pytest.raises(ValueError, match="do not start pages"):
+        cache.free(table[0, 1:6])
+    assert cache.available_size == 12, "a refused free frees nothing"
+    cache.free(table[0, :6])  # two pages, the second one partly filled
+    assert cache.available_size == 20
+    with pytest.raises(ValueError, match="double free"):
+        cache.free(table[0, :4])
+    assert cache.available_size == 20
+
+
+@pytest.mark.stubs("CacheManager.allocate_paged", "CacheManager.free", "CacheManager.check_integrity")
+def test_integrity_check_catches_leaks_and_double_frees():
+    table = torch.zeros(2, 8, dtype=torch.int32)
+    cache = CacheManager(num_pages=4, page_size=2, page_table=table)
+    cache.check_integrity()
+    req = make_req(0, 0, 3)
+    cache.allocate_paged([req])
+    with pytest.raises(AssertionError, match="leaked: 2 of 4"):
+        cache.check_integrity()
+    cache.free(table[0, :4])
+    cache.check_integrity()
+    cache._free_pages.append(cache._free_pages[0])  # a bookkeeping bug elsewhere: one page listed twice
+    with pytest.raises(AssertionError, match="double-freed"):
+        cache.check_integrity()
+
+
+@pytest.mark.stubs("DecodeManager.reserved_slots")
+def test_running_requests_reserve_whole_pages():
+    manager = DecodeManager(page_size=4)
+    a = make_req(0, 6, 7, max_tokens=5)  # ends at 12: writes KV up to position 10 = 3 pages; holds 2 (0..5)
+    b = make_req(1, 8, 9, max_tokens=1)
+    b.max_device_len = 9  # generated its last token: writes nothing more, holds its 2 pages
+    manager.add([a, b])
+    assert manager.reserved_slots() == 4
+    assert DecodeManager(page_size=1).reserved_slots() == 0
+
+
+@pytest.mark.stubs("PrefillAdder.try_add_one", "CacheManager.allocate_paged")
+def test_admission_counts_whole_pages():
+    path = model_path("tiny-qwen3")
+    eng = Engine(EngineConfig(path, max_running_reqs=3, max_seq_len=64, page_size=4, num_pages=10))
+    adder = PrefillAdder(token_budget=100, table=eng.table, cache=eng.cache, reserved=0)
+    first = adder.try_add_one(pending(0, 5, 2))  # 6 positions -> 2 pages
+    assert first is not None and adder.reserved == 8
+    assert adder.try_add_one(pending(1, 30, 4)) is None, ("33 positions fit in 40 - 6 slots token by token, but "
+                                                          "take 9 pages = 36 slots; 8 + 36 > 40")
+    second = adder.try_add_one(pending(2, 25, 4))  # 28 positions: exactly 7 pages
+    assert second is not None and adder.reserved == 36
+    assert adder.try_add_one(pending(3, 1, 1)) is not None, "one position, one page: 36 + 4 = 40 fits"
+    assert adder.try_add_one(pending(4, 1, 1)) is None, "the table has 3 rows"
+    batch = Batch(adder.reqs, "prefill")
+    eng.prepare_batch(batch)
+    assert eng.cache.available_size == 40 - 4 * (2 + 7 + 1), "prefill takes the prompt's pages only"
+    eng.forward_batch(batch)
+    for r in adder.reqs:
+        eng.cache.cache_req(r, finished=True)
+        eng.table.free(r.table_idx)
+    assert_clean(eng)
+
+
+@pytest.mark.parametrize("page_size", [1, 4, 256])
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.stubs(*ALL_STUBS)
+def test_generate_matches_hf_for_every_page_size(name, page_size):
+    llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=512, page_size=page_size)
+    prompts = prompt_ids(name, 3)
+    max_tokens = [6, 12, 9]
+    outputs = llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens])
+    for prompt, n, out in zip(prompts, max_tokens, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, n)
+    assert_clean(llm.engine)
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.stubs(*ALL_STUBS)
+def test_nearly_full_pool_every_request_completes(page_size):
+    name = "tiny-llama"
+    prompts = prompt_ids(name, 4)
+    n = 10
+    biggest = max(len(p) for p in prompts) + n - 1
+    pages = -(-biggest // page_size) + 1  # room for the biggest request and one spare page
+    llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=128, page_size=page_size, num_pages=pages)
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
+    for prompt, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, n)
+    assert max(len(uids) for _, uids in llm.scheduler.history) == 1, "requests waited for each other"
+    assert_clean(llm.engine)
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+def test_a_request_that_never_fits_is_refused_while_others_finish():
+    name = "tiny-qwen3"
+    engine = Engine(EngineConfig(model_path(name), max_running_reqs=2, max_seq_len=128, page_size=4, num_pages=8))
+    scheduler = Scheduler(engine)
+    prompts = prompt_ids(name, 2)
+    for uid, prompt in enumerate(prompts):
+        scheduler.add_request(PendingReq(uid, torch.tensor(prompt, dtype=torch.int32),
+                                         SamplingParams(max_tokens=8, ignore_eos=True)))
+    # 30 prompt + 3 more positions = 33 slots: 9 pages of 4, one more than the whole pool
+    huge = PendingReq(9, torch.arange(1, 31, dtype=torch.int32), SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="needs 36 KV slots .* whole pool has 32"):
+        scheduler.add_request(huge)
+    scheduler.run_until_idle()
+    for uid, prompt in enumerate(prompts):
+        assert scheduler.finished[uid].output_ids == hf_greedy(name, prompt, 8)
+    assert_clean(engine)

@@ -1,0 +1,202 @@
+"""Chapter 9: the radix prefix cache (match, insert, node split, locks, LRU eviction) and the engine on it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from helpers import hf_greedy, model_path, prompt_ids, tokenizer
+from minisgl.core import Req, SamplingParams
+from minisgl.engine import Engine
+from minisgl.kvcache.prefix_cache import CacheHandle
+from minisgl.kvcache.radix_cache import RadixCache
+from minisgl.llm import LLM
+from minisgl.scheduler.cache import CacheManager
+
+TREE_STUBS = ("RadixCache._split", "RadixCache._walk", "RadixCache.insert_prefix")
+ALL_STUBS = (*TREE_STUBS, "RadixCache.lock_handle", "RadixCache.evict", "CacheManager.cache_req")
+
+
+def assert_clean(engine: Engine) -> None:
+    engine.cache.check_integrity()
+    engine.table.check_integrity()
+
+
+def slots(start: int, n: int) -> torch.Tensor:
+    return torch.arange(start, start + n, dtype=torch.int32)
+
+
+@pytest.mark.stubs(*TREE_STUBS)
+def test_match_insert_and_split():
+    tree = RadixCache(page_size=1)
+    assert tree.insert_prefix([1, 2, 3, 4], slots(100, 4))[0] == 0, "nothing was cached before"
+    handle, found = tree.match_prefix([1, 2, 3, 4, 5])
+    assert handle.cached_len == 4 and found.tolist() == [100, 101, 102, 103]
+    existed, handle = tree.insert_prefix([1, 2, 9, 9], slots(200, 4))  # shares [1, 2]: node [1,2,3,4] splits
+    assert existed == 2 and handle.cached_len == 4
+    assert tree.match_prefix([1, 2, 9, 9])[1].tolist() == [100, 101, 202, 203], "the shared part keeps its slots"
+    assert tree.match_prefix([1, 2, 3, 7])[1].tolist() == [100, 101, 102]
+    assert tree.match_prefix([5, 1, 2])[0].cached_len == 0
+    root_kids = list(tree.root.children.values())
+    assert len(root_kids) == 1 and root_kids[0].key == [1, 2] and len(root_kids[0].children) == 2
+    assert tree.evictable_size == 6, "4 + 2 new slots; the duplicated [1, 2] of the second insert is not taken"
+    tree.check_integrity()
+
+
+@pytest.mark.stubs(*TREE_STUBS)
+def test_pages_are_never_split():
+    tree = RadixCache(page_size=4)
+    tree.insert_prefix(list(range(12)), slots(0, 12))
+    handle, found = tree.match_prefix(list(range(6)) + [99, 99])
+    assert handle.cached_len == 4 and found.tolist() == [0, 1, 2, 3], "6 tokens match: one whole page"
+    assert tree.match_prefix(list(range(11)))[0].cached_len == 8, "a partial last page is not matched"
+    existed, _ = tree.insert_prefix(list(range(5)) + [50, 51, 52], slots(40, 8))
+    assert existed == 4 and tree.match_prefix(list(range(5)) + [50, 51, 52])[1].tolist() == [0, 1, 2, 3, 44, 45, 46, 47]
+    with pytest.raises(ValueError, match="whole pages"):
+        tree.insert_prefix([1, 2, 3], slots(80, 3))
+    tree.check_integrity()
+
+
+@pytest.mark.stubs(*TREE_STUBS)
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+def test_random_inserts_and_matches_agree_with_a_brute_force_oracle(page_size):
+    rng = random.Random(page_size)
+    tree = RadixCache(page_size=page_size)
+    stored: dict[tuple[int, ...], list[int]] = {}  # every cached page (keyed by the prefix it ends) -> its slots
+    next_slot = 0
+    for _ in range(300):
+        ids = [rng.randrange(3) for _ in range(rng.randrange(0, 7) * page_size)]
+        known = 0  # whole pages the oracle has, in tokens
+        while known < len(ids) and tuple(ids[: known + page_size]) in stored:
+            known += page_size
+        if rng.random() < 0.5:
+            existed, handle = tree.insert_prefix(ids, slots(next_slot, len(ids)))
+            assert existed == known and handle.cached_len == len(ids)
+            for end in range(known + page_size, len(ids) + 1, page_size):
+                stored[tuple(ids[:end])] = list(range(next_slot + end - page_size, next_slot + end))
+            next_slot += len(ids)
+        else:
+            handle, found = tree.match_prefix(ids + [7])
+            assert handle.cached_len == known
+            expected = [s for end in range(page_size, known + 1, page_size) for s in stored[tuple(ids[:end])]]
+            assert found.tolist() == expected
+    tree.check_integrity()
+    assert tree.evictable_size == len(stored) * page_size
+
+
+@pytest.mark.stubs(*TREE_STUBS, "RadixCache.lock_handle", "RadixCache.evict")
+def test_locked_prefixes_survive_and_eviction_is_lru():
+    tree = RadixCache(page_size=1)
+    tree.insert_prefix([1, 2, 3], slots(0, 3))
+    tree.insert_prefix([4, 5], slots(10, 2))
+    tree.insert_prefix([6, 7, 8, 9], slots(20, 4))
+    tree.match_prefix([4, 5])  # [4, 5] is now the most recently used
+    handle, _ = tree.match_prefix([1, 2, 3])
+    tree.lock_handle(handle)
+    assert (tree.evictable_size, tree.protected_size) == (6, 3)
+    tree.lock_handle(handle)  # locks nest
+    tree.lock_handle(handle, unlock=True)
+    assert tree.protected_size == 3
+    assert sorted(tree.evict(1).tolist()) == [20, 21, 22, 23], "least recently used unlocked leaf goes first"
+    with pytest.raises(MemoryError):
+        tree.evict(3)  # only [4, 5] is unlocked
+    tree.lock_handle(handle, unlock=True)
+    assert tree.protected_size == 0 and tree.evictable_size == 5
+    with pytest.raises(RuntimeError, match="not locked"):
+        tree.lock_handle(handle, unlock=True)
+
+
+@pytest.mark.stubs(*TREE_STUBS, "RadixCache.lock_handle", "RadixCache.evict")
+def test_a_split_node_keeps_its_locks_and_parents_go_after_children():
+    tree = RadixCache(page_size=1)
+    _, handle = tree.insert_prefix([1, 2, 3, 4], slots(0, 4))
+    tree.lock_handle(handle)
+    tree.insert_prefix([1, 2, 7], slots(10, 3))  # splits the locked node into [1, 2] + [3, 4]
+    tree.check_integrity()
+    assert tree.protected_size == 4 and tree.evictable_size == 1
+    assert tree.evict(1).tolist() == [12]
+    tree.lock_handle(handle, unlock=True)
+    assert sorted(tree.evict(4).tolist()) == [0, 1, 2, 3], "the emptied parent [1, 2] follows its child [3, 4]"
+    assert not tree.root.children
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+def test_cache_req_frees_duplicates_and_repoints_the_row():
+    table = torch.zeros(2, 12, dtype=torch.int32)
+    cache = CacheManager(num_pages=12, page_size=1, page_table=table, cache_type="radix")
+    reqs = []
+    for row in range(2):  # two requests with the same 6-token prompt, prefilled together (neither matched)
+        req = Req(torch.tensor([5, 6, 7, 8, 9, 10], dtype=torch.int32), row, 0, 4, row, SamplingParams(max_tokens=4))
+        reqs.append(req)
+    cache.allocate_paged(reqs)
+    for req in reqs:
+        req.complete_one()
+    first_slots = table[0, :6].clone()
+    cache.cache_req(reqs[0], finished=False)
+    cache.cache_req(reqs[1], finished=False)
+    assert torch.equal(table[1, :6], first_slots), "the second request now reads the cached copy"
+    assert cache.available_size == 12 - 6, "its own copy was freed: one copy of the prompt is left"
+    assert cache.prefix_cache.protected_size == 6
+    for req in reqs:
+        cache.cache_req(req, finished=True)
+    cache.check_integrity()
+    assert cache.prefix_cache.evictable_size == 6 and cache.available_size == 12
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_shared_system_prompt_is_computed_once(page_size):
+    name = "tiny-qwen3"
+    tok = tokenizer(name)
+    system = tok.encode("You are a careful assistant. Answer briefly and kindly. ") * 2
+    prompts = [system + tok.encode(q) for q in ("Why is the sky blue?", "Name a fruit.", "What is rain?", "Hi!")]
+    computed = {}
+    for cache_type in ("naive", "radix"):
+        llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=256, page_size=page_size, cache_type=cache_type)
+        counted = []
+        llm.scheduler.on_batch = lambda b: counted.extend(r.extend_len for r in b.reqs if b.is_prefill)
+        params = SamplingParams(max_tokens=6, ignore_eos=True)
+        outputs = llm.generate(prompts[:1], params) + llm.generate(prompts[1:], params)
+        for prompt, out in zip(prompts, outputs):
+            assert out["token_ids"] == hf_greedy(name, prompt, 6), cache_type
+        computed[cache_type] = sum(counted)
+        assert_clean(llm.engine)
+    shared = len(system) - len(system) % page_size
+    assert computed["naive"] == sum(len(p) for p in prompts)
+    assert computed["radix"] <= computed["naive"] - 3 * shared, "the three later requests reuse the system prompt"
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+def test_eviction_under_pressure_still_matches_hf():
+    name = "tiny-llama"
+    prompts = prompt_ids(name, 4)
+    need = max(len(p) for p in prompts) + 8
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=128, num_pages=need + 4)
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    for round_ in range(2):  # the second round finds the cache full of the first round's prefixes
+        outputs = llm.generate(prompts, params)
+        for prompt, out in zip(prompts, outputs):
+            assert out["token_ids"] == hf_greedy(name, prompt, 8)
+        assert_clean(llm.engine)
+    assert llm.engine.cache.prefix_cache.evictable_size > 0, "finished requests left their KV in the cache"
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+def test_smollm2_chat_turns_reuse_the_conversation():
+    name = "smollm2"
+    tok = tokenizer(name)
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=512)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    params = SamplingParams(max_tokens=24)
+    counted = []
+    llm.scheduler.on_batch = lambda b: counted.extend((r.cached_len, r.extend_len) for r in b.reqs if b.is_prefill)
+    for turn in range(2):
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        out = llm.generate([ids], params)[0]
+        assert out["token_ids"] == hf_greedy(name, list(ids), 24, stop_at_eos=True)
+        messages += [{"role": "assistant", "content": tok.decode(out["token_ids"], skip_special_tokens=True)},
+                     {"role": "user", "content": "And of Italy?"}]
+    assert counted[0][0] == 0 and counted[1][0] >= len(ids) // 2, "the second turn starts from the first turn's KV"
+    assert_clean(llm.engine)
