@@ -14,6 +14,7 @@ import difflib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +88,8 @@ def tree_env(tree: Path, threads: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep caches out of the symlinked source folders
+    if re.fullmatch(r"ch\d\d", tree.name):  # which chapter the tree is at (tests marked superseded read it)
+        env["MINISGL_TREE_CHAPTER"] = str(int(tree.name[2:]))
     if threads:  # several processes side by side: oversubscribed OpenMP threads spin and crawl
         env["MINISGL_TEST_THREADS"] = env["MINISGL_CPU_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
     return env

@@ -1,0 +1,115 @@
+"""Scheduler: the loop that turns a queue of requests into batches, step after step (continuous batching).
+
+Each step: pick a batch (new requests first, else every running request decodes), give its new tokens KV
+slots, run it, then record each request's token and retire the finished ones, which frees their slots for
+the requests still waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from minisgl.core import Batch, Req
+from minisgl.engine.engine import Engine
+from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
+from minisgl.scheduler.utils import PendingReq
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
+        if max_extend_tokens < 1:
+            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
+        self.engine = engine
+        self.max_extend_tokens = max_extend_tokens
+        self.prefill_manager = PrefillManager(engine.table, engine.cache, max_extend_tokens)
+        self.decode_manager = DecodeManager(engine.cache.page_size)
+        self.finished: dict[int, Req] = {}
+        self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
+        self.on_token: Callable[[Req, int], None] | None = None
+        self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
+
+    def check_request(self, pending: PendingReq) -> None:
+        """ValueError if the request could never run on this engine (nothing changes either way)."""
+        self.engine.check_request(pending.input_ids, pending.sampling_params)
+        cache = self.engine.cache
+        need = cache.slots_to_grow(0, pending.slots_needed)  # whole pages
+        if need > cache.num_slots:
+            raise ValueError(f"request {pending.uid} needs {need} KV slots (whole pages of {cache.page_size}) but "
+                             f"the whole pool has {cache.num_slots}")
+
+    def add_request(self, pending: PendingReq) -> None:
+        self.check_request(pending)
+        self.prefill_manager.add(pending)
+
+    @property
+    def idle(self) -> bool:
+        return not self.prefill_manager.pending and not self.decode_manager.running
+
+    def schedule_next_batch(self) -> Batch | None:
+        """Prefill first (waiting requests get their first token sooner), otherwise decode all running requests."""
+        batch = self.prefill_manager.schedule_next_batch(self.decode_manager.reserved_slots())
+        return batch if batch is not None else self.decode_manager.schedule_next_batch()
+
+    def is_finished(self, req: Req) -> bool:
+        eos = self.engine.model_config.eos_token_ids
+        return not req.can_decode or (not req.sampling_params.ignore_eos and req.output_ids[-1] in eos)
+
+    def _free(self, req: Req) -> None:
+        """Give back the request's KV pages and its table row."""
+        self.engine.cache.cache_req(req, finished=True)
+        self.engine.table.free(req.table_idx)
+
+    def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
+        """Record each request's new token; finished requests leave and free everything they hold."""
+        joined = []
+        for req, token in zip(batch.reqs, next_tokens):
+            if isinstance(req, ChunkedReq):  # a prefill chunk: no token yet, the request waits for its next chunk
+                continue
+            req.append_host(token)
+            if self.on_token is not None:
+                self.on_token(req, token)
+            if self.is_finished(req):
+                self._free(req)
+                if batch.is_decode:
+                    self.decode_manager.remove(req)
+                self.finished[req.uid] = req
+            elif batch.is_prefill:
+                self.engine.cache.cache_req(req, finished=False)  # its prompt becomes shareable right away
+                joined.append(req)
+        self.decode_manager.add(joined)
+
+    def abort_request(self, uid: int) -> bool:
+        """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
+        request is not waiting or running (unknown, or finished already)."""
+        pending = self.prefill_manager.abort(uid)
+        if pending is not None:
+            if pending.chunked_req is not None:  # part-way through its prompt: it holds a row and pages
+                self._free(pending.chunked_req)
+            return True
+        for req in self.decode_manager.running:
+            if req.uid == uid:
+                self.decode_manager.remove(req)
+                self._free(req)
+                return True
+        return False
+
+    def step(self) -> Batch | None:
+        """Run one batch; None when there is nothing to do."""
+        batch = self.schedule_next_batch()
+        if batch is None:
+            return None
+        self.engine.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        if self.on_batch is not None:
+            self.on_batch(batch)
+        next_tokens = self.engine.forward_batch(batch).tolist()
+        self._process_last_data(batch, next_tokens)
+        self.history.append((batch.phase, [r.uid for r in batch.reqs]))
+        return batch
+
+    def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
+        while not self.idle:
+            if self.step() is None:
+                raise RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
+            if on_step is not None:
+                on_step()

@@ -1,0 +1,213 @@
+"""Chapter 10: chunked prefill (ChunkedReq, PrefillAdder._add_one_req / try_add_one, the token budget) and the
+nano-vllm-style warm-up that shows why chunks bound decode stalls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import hf_greedy, model_path, tokenizer
+from minisgl.core import SamplingParams
+from minisgl.engine import Engine, EngineConfig
+from minisgl.llm import LLM
+from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder, PrefillManager
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import PendingReq
+from minisgl.scheduler.warmup import Sequence, WarmupScheduler
+
+CHUNK_STUBS = ("ChunkedReq.append_host", "ChunkedReq.can_decode", "PrefillAdder._add_one_req",
+               "PrefillAdder.try_add_one")
+WARMUP_STUBS = ("Sequence.next_chunk", "WarmupScheduler.schedule")
+LONG_TEXT = ("Paged attention stores the keys and values of every request in fixed-size blocks, so memory is "
+             "allocated on demand and shared prefixes can be reused across requests without copying.")
+
+
+def assert_clean(engine: Engine) -> None:
+    engine.cache.check_integrity()
+    engine.table.check_integrity()
+
+
+def pending(uid: int, prompt_len: int, max_tokens: int, first: int = 1) -> PendingReq:
+    return PendingReq(uid, torch.arange(first, first + prompt_len, dtype=torch.int32),
+                      SamplingParams(max_tokens=max_tokens))
+
+
+@pytest.fixture
+def engine():
+    return Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=96, num_pages=80))
+
+
+@pytest.mark.stubs("ChunkedReq.append_host", "ChunkedReq.can_decode")
+def test_a_chunk_is_never_sampled_and_never_decodes():
+    req = ChunkedReq(torch.arange(5, dtype=torch.int32), 0, 0, 4, 7, SamplingParams(max_tokens=4))
+    assert not req.can_decode
+    with pytest.raises(RuntimeError):
+        req.append_host(3)
+
+
+@pytest.mark.stubs("PrefillAdder._add_one_req", "ChunkedReq.can_decode")
+def test_add_one_req_cuts_a_chunk_and_reserves_the_rest(engine):
+    adder = PrefillAdder(token_budget=10, table=engine.table, cache=engine.cache, reserved=3)
+    row = engine.table.allocate()
+    engine.table.token_pool[row] = -1
+    p = pending(0, 25, 6)
+    req = adder._add_one_req(p, engine.cache.match_req([])[0], row, 0)
+    assert isinstance(req, ChunkedReq) and (req.cached_len, req.device_len) == (0, 10)
+    assert adder.token_budget == 0
+    assert adder.reserved == 3 + 25 + 6 - 1, "the whole remaining prompt plus max_tokens (minus the last token)"
+    assert engine.table.token_pool[row, :10].tolist() == list(range(1, 11))
+    assert (engine.table.token_pool[row, 10:] == -1).all(), "only this chunk's tokens are written"
+    adder.token_budget = 100  # the next batch continues from position 10
+    req.complete_one()
+    last = adder._add_one_req(p, req.cache_handle, row, req.cached_len)
+    assert type(last).__name__ == "Req" and (last.cached_len, last.device_len) == (10, 25)
+    assert adder.token_budget == 85 and adder.reserved == 3 + 30 + 20
+    assert last.can_decode and last.prompt_len == 25, "the last chunk is an ordinary request"
+    engine.table.free(row)
+
+
+@pytest.mark.stubs("PrefillAdder.try_add_one", "PrefillAdder._add_one_req")
+def test_try_add_one_continues_a_chunked_request_without_a_new_admission(engine):
+    adder = PrefillAdder(token_budget=8, table=engine.table, cache=engine.cache, reserved=0)
+    p = pending(0, 20, 4)
+    first = adder.try_add_one(p)
+    assert isinstance(first, ChunkedReq) and first.extend_len == 8
+    assert adder.try_add_one(pending(1, 2, 2)) is None, "an empty budget admits nothing"
+    rows_left = engine.table.available_size
+    first.complete_one()
+    p.chunked_req = first
+    greedy = PrefillAdder(token_budget=8, table=engine.table, cache=engine.cache, reserved=10_000)
+    second = greedy.try_add_one(p)  # no room for a new request, but this one was admitted already
+    assert second is not None and (second.table_idx, second.cached_len, second.device_len) == (first.table_idx, 8, 16)
+    assert second.cache_handle is first.cache_handle and engine.table.available_size == rows_left
+    assert greedy.try_add_one(pending(2, 2, 2)) is None
+    engine.table.free(first.table_idx)
+
+
+@pytest.mark.stubs(*CHUNK_STUBS)
+def test_unfinished_chunks_go_back_to_the_front(engine):
+    manager = PrefillManager(engine.table, engine.cache, max_extend_tokens=12)
+    for p in [pending(0, 5, 2), pending(1, 30, 2, first=40), pending(2, 3, 2, first=80)]:
+        manager.add(p)
+    batch = manager.schedule_next_batch(reserved=0)
+    assert [(r.uid, r.extend_len, isinstance(r, ChunkedReq)) for r in batch.reqs] == [(0, 5, False), (1, 7, True)]
+    assert [p.uid for p in manager.pending] == [1, 2], "the chunked request is first in line"
+    for r in batch.reqs:
+        r.complete_one()
+    batch = manager.schedule_next_batch(reserved=0)
+    assert [(r.uid, r.cached_len, r.extend_len) for r in batch.reqs] == [(1, 7, 12)]
+    for r in batch.reqs:
+        r.complete_one()
+    batch = manager.schedule_next_batch(reserved=0)
+    assert [(r.uid, r.cached_len, r.extend_len, isinstance(r, ChunkedReq)) for r in batch.reqs] == [
+        (1, 19, 11, False), (2, 0, 1, True)]
+    for row in {0, 1, 2}:
+        engine.table.free(row)
+
+
+def trace_run(page_size: int, budget: int = 16, **config):
+    """The chapter's example on tiny-qwen3: a long prompt and two short ones with a small budget."""
+    name = "tiny-qwen3"
+    tok = tokenizer(name)
+    prompts = [tok.encode(LONG_TEXT), tok.encode("Tea or coffee?"), tok.encode("Small steps")]
+    llm = LLM(model_path(name), max_running_reqs=4, max_seq_len=256, page_size=page_size,
+              max_extend_tokens=budget, **config)
+    batches = []
+    llm.scheduler.on_batch = lambda b: batches.append(
+        (b.phase, [(r.uid, r.cached_len, r.device_len, isinstance(r, ChunkedReq)) for r in b.reqs]))
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True))
+    return name, prompts, llm, batches, outputs
+
+
+def check_trace(name, prompts, llm, batches, outputs, budget=16):
+    assert len(prompts[0]) > 3 * budget, "the fixture needs a prompt several budgets long"
+    prefills = [spans for phase, spans in batches if phase == "prefill"]
+    sizes = [sum(d - c for _, c, d, _ in spans) for spans in prefills]
+    assert all(size == budget for size in sizes[:-1]) and 0 < sizes[-1] <= budget, sizes
+    for uid, prompt in enumerate(prompts):
+        ranges = sorted((c, d) for spans in prefills for u, c, d, _ in spans if u == uid)
+        covered = [i for c, d in ranges for i in range(c, d)]
+        assert covered == list(range(len(prompt))), f"request {uid}: every prompt token computed exactly once"
+        chunked = [ch for spans in prefills for u, _, _, ch in spans if u == uid]
+        assert chunked == [True] * (len(chunked) - 1) + [False], "chunks, then the last piece as a request"
+    for prompt, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, 8)
+    assert_clean(llm.engine)
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.stubs(*CHUNK_STUBS)
+def test_budget_16_trace_matches_hf(page_size):
+    check_trace(*trace_run(page_size))
+
+
+@pytest.mark.stubs(*CHUNK_STUBS)
+def test_prompt_longer_than_the_budget_with_a_cached_prefix():
+    name = "tiny-llama"
+    tok = tokenizer(name)
+    base = tok.encode(LONG_TEXT)
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=256, page_size=4, max_extend_tokens=8)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    first = llm.generate([base[:30]], params)[0]
+    spans = []
+    llm.scheduler.on_batch = lambda b: spans.extend((r.cached_len, r.device_len) for r in b.reqs if b.is_prefill)
+    second = llm.generate([base], params)[0]
+    assert first["token_ids"] == hf_greedy(name, base[:30], 6) and second["token_ids"] == hf_greedy(name, base, 6)
+    assert spans[0][0] == 28, "chunking starts after the cached prefix (whole pages of the first prompt)"
+    assert all(d - c <= 8 for c, d in spans)
+    assert_clean(llm.engine)
+
+
+@pytest.mark.stubs(*CHUNK_STUBS)
+def test_aborting_a_chunked_request_frees_what_it_holds(engine):
+    scheduler = Scheduler(engine, max_extend_tokens=8)
+    scheduler.add_request(pending(0, 30, 4))
+    scheduler.add_request(pending(1, 4, 3, first=50))
+    scheduler.step()
+    scheduler.step()  # two chunks of request 0 ran: it holds a row and 16 slots
+    assert engine.cache.available_size < engine.cache.num_slots and engine.table.available_size == 2
+    assert scheduler.abort_request(0)
+    assert not scheduler.abort_request(0), "gone already"
+    scheduler.run_until_idle()
+    assert list(scheduler.finished) == [1]
+    assert scheduler.finished[1].output_ids == hf_greedy("tiny-qwen3", list(range(50, 54)), 3, stop_at_eos=True)
+    assert_clean(engine)
+
+
+@pytest.mark.stubs("Sequence.next_chunk")
+def test_sequence_cursor_moves_chunk_by_chunk():
+    seq = Sequence(0, prompt_len=10, max_tokens=1)
+    assert [seq.next_chunk(4) for _ in range(3)] == [(0, 4), (4, 8), (8, 10)]
+    assert not seq.is_prefilling and seq.next_chunk(4) == (10, 10)
+
+
+@pytest.mark.stubs(*WARMUP_STUBS)
+@pytest.mark.parametrize("chunk_size", [1, 5, 16, 1000])
+def test_warmup_every_token_once_and_decode_stalls_are_bounded(chunk_size):
+    sched = WarmupScheduler(chunk_size)
+    seqs = [Sequence(0, 3, 30), Sequence(1, 40, 5), Sequence(2, 17, 8), Sequence(3, 2, 1)]
+    for s in seqs:
+        sched.add(s)
+    steps = sched.run()
+    for s in seqs:
+        chunks = [st.chunk for st in steps if st.chunk and st.chunk[0] == s.seq_id]
+        assert [i for _, a, b in chunks for i in range(a, b)] == list(range(s.prompt_len)), "each token once"
+        assert all(b - a <= chunk_size for _, a, b in chunks)
+        decodes = [i for i, st in enumerate(steps) if s.seq_id in st.decode]
+        last_chunk = max(i for i, st in enumerate(steps) if st.chunk and st.chunk[0] == s.seq_id)
+        assert decodes == list(range(last_chunk + 1, last_chunk + s.max_tokens)), "a token every step, no stall"
+        assert s.generated == s.max_tokens
+    for st in steps:
+        assert len(st.decode) <= 3 and st.num_tokens <= chunk_size + len(st.decode)
+    assert max(st.num_tokens for st in steps) >= min(chunk_size, 40), "chunks use the budget"
+
+
+@pytest.mark.stubs(*WARMUP_STUBS)
+def test_without_chunks_one_step_carries_a_whole_prompt():
+    bounded, unbounded = WarmupScheduler(8), WarmupScheduler(10_000)
+    for sched in (bounded, unbounded):
+        sched.add(Sequence(0, 4, 50))
+        sched.schedule()
+        sched.add(Sequence(1, 500, 2))
+    assert max(s.num_tokens for s in bounded.run()) == 8 + 1
+    assert max(s.num_tokens for s in unbounded.run()) == 500 + 1
