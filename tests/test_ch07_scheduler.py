@@ -120,7 +120,6 @@ def test_finished_requests_leave_and_free_everything(tiny_engine):
     scheduler._process_last_data(batch, tokens)
     assert list(scheduler.finished) == [0], "max_tokens=1: done after prefill"
     assert scheduler.finished[0].output_ids == [tokens[0]]
-    assert scheduler.decode_manager.running == [reqs[1]], "the other request joins the decode set"
     assert eng.table.available_size == eng.table.max_running_reqs - 1, "the finished request's row is free"
     assert eng.cache.available_size == eng.kv_cache.num_slots - 3, "and so are its 3 KV slots"
     decode = Batch([reqs[1]], "decode")
@@ -128,6 +127,27 @@ def test_finished_requests_leave_and_free_everything(tiny_engine):
         eng.prepare_batch(decode)
         scheduler._process_last_data(decode, eng.forward_batch(decode).tolist())
     assert sorted(scheduler.finished) == [0, 1] and not scheduler.decode_manager.running
+    assert_clean(eng)
+
+
+@pytest.mark.superseded(11, "requests join the decode set when their prefill is launched, not when it is processed")
+@pytest.mark.stubs("Scheduler._process_last_data")
+def test_unfinished_prefill_requests_join_the_decode_set(tiny_engine):
+    from minisgl.core import Batch, Req
+
+    eng = tiny_engine
+    scheduler = Scheduler(eng)
+    row = eng.table.allocate()
+    req = Req(torch.tensor([3, 4], dtype=torch.int32), row, 0, 2, 0, SamplingParams(max_tokens=2, ignore_eos=True))
+    eng.table.token_pool[row, :2] = req.input_ids
+    batch = Batch([req], "prefill")
+    eng.prepare_batch(batch)
+    scheduler._process_last_data(batch, eng.forward_batch(batch).tolist())
+    assert scheduler.decode_manager.running == [req], "the request decodes from the next step on"
+    decode = Batch([req], "decode")
+    eng.prepare_batch(decode)
+    scheduler._process_last_data(decode, eng.forward_batch(decode).tolist())
+    assert not scheduler.decode_manager.running and list(scheduler.finished) == [0]
     assert_clean(eng)
 
 

@@ -1,0 +1,207 @@
+"""Scheduler: the loop that turns a queue of requests into batches, step after step (continuous batching).
+
+Each step: pick a batch (new requests first, else every running request decodes), give its new tokens KV
+slots, run it, then record each request's token and retire the finished ones, which frees their slots for
+the requests still waiting.
+
+Overlap scheduling (chapter 11) reorders that step: launch the next batch first, then process the results
+of the previous one. On a GPU the forward pass runs asynchronously, so the CPU work of processing (and of
+scheduling the batch after) hides behind the GPU's work instead of leaving it idle. It works because the
+next batch needs nothing from the CPU side of the last one: its input tokens are read from the token pool
+on the device. On the CPU every operation is synchronous, so the same code runs without gaining time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import NamedTuple
+
+import torch
+
+from minisgl.core import Batch, Req
+from minisgl.engine.engine import Engine
+from minisgl.env import ENV
+from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
+from minisgl.scheduler.utils import PendingReq
+
+
+class ForwardData(NamedTuple):
+    """A launched batch and its sampled tokens, which are on the CPU once `ready` has fired."""
+
+    batch: Batch
+    next_tokens: torch.Tensor
+    ready: torch.cuda.Event | None  # None on the CPU: the tokens are there already
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None) -> None:
+        if max_extend_tokens < 1:
+            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
+        self.engine = engine
+        self.max_extend_tokens = max_extend_tokens
+        self.prefill_manager = PrefillManager(engine.table, engine.cache, max_extend_tokens)
+        self.decode_manager = DecodeManager(engine.cache.page_size)
+        self.finished: dict[int, Req] = {}
+        self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
+        self.on_token: Callable[[Req, int], None] | None = None
+        self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
+        self.overlap = not ENV.DISABLE_OVERLAP_SCHEDULING if overlap is None else overlap
+        self._freed: set[int] = set()  # requests freed since their last batch was launched: skip their results
+        # On a GPU the loop's device work goes to one stream of its own, in order: admission writes, forward
+        # passes, and the copies of sampled tokens to the CPU, which the CPU waits for only when it needs them.
+        self.stream = torch.cuda.Stream(engine.device) if engine.device.type == "cuda" else None
+
+    def check_request(self, pending: PendingReq) -> None:
+        """ValueError if the request could never run on this engine (nothing changes either way)."""
+        self.engine.check_request(pending.input_ids, pending.sampling_params)
+        cache = self.engine.cache
+        need = cache.slots_to_grow(0, pending.slots_needed)  # whole pages
+        if need > cache.num_slots:
+            raise ValueError(f"request {pending.uid} needs {need} KV slots (whole pages of {cache.page_size}) but "
+                             f"the whole pool has {cache.num_slots}")
+
+    def add_request(self, pending: PendingReq) -> None:
+        self.check_request(pending)
+        self.prefill_manager.add(pending)
+
+    @property
+    def idle(self) -> bool:
+        return not self.prefill_manager.pending and not self.decode_manager.running
+
+    def schedule_next_batch(self) -> Batch | None:
+        """Prefill first (waiting requests get their first token sooner), otherwise decode all running requests."""
+        batch = self.prefill_manager.schedule_next_batch(self.decode_manager.reserved_slots())
+        return batch if batch is not None else self.decode_manager.schedule_next_batch()
+
+    def is_finished(self, req: Req) -> bool:
+        """Judged on the host copy of the sequence: with overlap, the device side is a batch ahead."""
+        eos = self.engine.model_config.eos_token_ids
+        hit_eos = not req.sampling_params.ignore_eos and int(req.input_ids[-1]) in eos
+        return len(req.input_ids) >= req.max_device_len or hit_eos
+
+    def _free(self, req: Req) -> None:
+        """Give back the request's KV pages and its table row."""
+        self.engine.cache.cache_req(req, finished=True)
+        self.engine.table.free(req.table_idx)
+
+    def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
+        """Record each request's new token; finished requests leave and free everything they hold."""
+        # TODO(ch11): skip chunks, and requests in self._freed: with overlap, a request that finished (or was
+        # aborted) can sit in the batch launched before that was known; its extra token is not recorded and
+        # it is not freed twice. Append the token (on_token too); a finished request leaves the decode set if
+        # it is there, is freed and stored in self.finished; an unfinished one of a prefill batch hands its
+        # prompt to the prefix cache. Afterwards self._freed holds exactly the requests freed here.
+        # >>> solution
+        freed = set()
+        for req, token in zip(batch.reqs, next_tokens):
+            if isinstance(req, ChunkedReq) or req.uid in self._freed:
+                continue
+            req.append_host(token)
+            if self.on_token is not None:
+                self.on_token(req, token)
+            if self.is_finished(req):
+                if req in self.decode_manager.running:
+                    self.decode_manager.remove(req)
+                self._free(req)
+                self.finished[req.uid] = req
+                freed.add(req.uid)
+            elif batch.is_prefill:
+                self.engine.cache.cache_req(req, finished=False)  # its prompt becomes shareable right away
+        self._freed = freed
+        # <<< solution
+
+    def abort_request(self, uid: int) -> bool:
+        """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
+        request is not waiting or running (unknown, or finished already)."""
+        pending = self.prefill_manager.abort(uid)
+        if pending is not None:
+            if pending.chunked_req is not None:  # part-way through its prompt: it holds a row and pages
+                self._free(pending.chunked_req)
+                self._freed.add(uid)
+            return True
+        for req in self.decode_manager.running:
+            if req.uid == uid:
+                self.decode_manager.remove(req)
+                self._free(req)
+                self._freed.add(uid)  # a batch already launched may still carry it
+                return True
+        return False
+
+    def _launch(self, batch: Batch) -> ForwardData:
+        """Run a batch without waiting for its tokens to reach the CPU."""
+        # TODO(ch11): prepare the batch (engine.prepare_batch), call on_batch, run engine.forward_batch and
+        # record (phase, uids) in history. Prefill requests that can decode join the decode set now, so the
+        # next batch (scheduled before these results are processed) decodes them. On CUDA start a
+        # non_blocking copy of the tokens to pinned CPU memory and record an event after it; on the CPU the
+        # tokens are ready as they are (event None).
+        # >>> solution
+        self.engine.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        if self.on_batch is not None:
+            self.on_batch(batch)
+        tokens = self.engine.forward_batch(batch)
+        self.history.append((batch.phase, [r.uid for r in batch.reqs]))
+        if batch.is_prefill:
+            self.decode_manager.add([r for r in batch.reqs if r.can_decode])
+        if not tokens.is_cuda:
+            return ForwardData(batch, tokens, None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return ForwardData(batch, host, ready)
+        # <<< solution
+
+    def _process(self, data: ForwardData | None) -> None:
+        if data is None:
+            return
+        if data.ready is not None:
+            data.ready.synchronize()  # the only point where the CPU waits for the GPU
+        self._process_last_data(data.batch, data.next_tokens.tolist())
+
+    def _on_stream(self):
+        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+
+    def step(self) -> Batch | None:
+        """Run one batch to the end (no overlap); None when there is nothing to do."""
+        with self._on_stream():
+            batch = self.schedule_next_batch()
+            if batch is not None:
+                self._process(self._launch(batch))
+            return batch
+
+    def overlap_step(self, last: ForwardData | None) -> ForwardData | None:
+        """Launch the next batch, then process `last` (launched by the previous call) while it runs.
+        Returns the batch now in flight, for the next call; None if nothing was launched."""
+        # TODO(ch11): schedule and launch the next batch (if any) first, then process last; return the new one.
+        # >>> solution
+        with self._on_stream():
+            batch = self.schedule_next_batch()
+            data = self._launch(batch) if batch is not None else None
+            self._process(last)
+            return data
+        # <<< solution
+
+    def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream())  # weights and buffers written before the loop
+        stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
+        if not self.overlap:
+            while not self.idle:
+                if self.step() is None:
+                    raise stuck
+                if on_step is not None:
+                    on_step()
+            return
+        last = None
+        while True:
+            processed = last is not None
+            last = self.overlap_step(last)
+            if on_step is not None:
+                on_step()
+            if last is None:  # nothing in flight: done, or stuck unless processing just freed something
+                if self.idle:
+                    return
+                if not processed:
+                    raise stuck

@@ -1,0 +1,175 @@
+"""Chapter 11: overlap scheduling. The next batch is launched before the last one's results are processed;
+outputs are identical with overlap on and off, and no request is finished or freed twice."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+
+from helpers import hf_greedy, model_path, prompt_ids, tokenizer
+from minisgl.core import Batch, Req, SamplingParams
+from minisgl.engine import Engine, EngineConfig
+from minisgl.llm import LLM
+from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.prefill import ChunkedReq
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import PendingReq
+from test_ch10_chunked_prefill import check_trace, trace_run
+
+LOOP_STUBS = ("Scheduler.overlap_step", "Scheduler._launch", "Scheduler._process_last_data",
+              "DecodeManager.schedule_next_batch")
+
+
+def assert_clean(engine: Engine) -> None:
+    engine.cache.check_integrity()
+    engine.table.check_integrity()
+
+
+def count_frees(engine: Engine) -> Counter:
+    """Wrap cache_req to count how often each request is freed (finished=True)."""
+    frees, original = Counter(), engine.cache.cache_req
+
+    def counted(req, finished):
+        if finished:
+            frees[req.uid] += 1
+        original(req, finished)
+
+    engine.cache.cache_req = counted
+    return frees
+
+
+@pytest.mark.stubs("DecodeManager.schedule_next_batch")
+def test_decode_batch_skips_requests_that_are_done_on_the_device():
+    manager = DecodeManager()
+    assert manager.schedule_next_batch() is None
+    a = Req(torch.ones(3, dtype=torch.int32), 0, 0, 2, 0, SamplingParams(max_tokens=2))
+    b = Req(torch.ones(3, dtype=torch.int32), 1, 0, 1, 1, SamplingParams(max_tokens=1))
+    for r in (a, b):
+        r.complete_one()
+    manager.add([a, b])
+    assert manager.schedule_next_batch().reqs == [a], "b generated its only token: its result is still on its way"
+    a.complete_one()
+    assert manager.schedule_next_batch() is None
+
+
+@pytest.mark.stubs("Scheduler._process_last_data")
+def test_results_of_freed_requests_and_chunks_are_skipped():
+    eng = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=64, num_pages=60))
+    scheduler = Scheduler(eng, overlap=True)
+    reqs = []
+    for uid, (cls, max_tokens) in enumerate([(Req, 3), (Req, 1), (ChunkedReq, 4)]):
+        row = eng.table.allocate()
+        ids = torch.tensor([5, 6, 7], dtype=torch.int32)
+        eng.table.token_pool[row, :3] = ids
+        reqs.append(cls(ids, row, 0, max_tokens, uid, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    prefill = Batch(reqs, "prefill")
+    eng.prepare_batch(prefill)
+    tokens = eng.forward_batch(prefill).tolist()
+    scheduler.decode_manager.add([reqs[0]])  # what launching the batch does
+    scheduler._process_last_data(prefill, tokens)
+    assert list(scheduler.finished) == [1] and scheduler._freed == {1}
+    assert reqs[0].output_ids == [tokens[0]] and reqs[2].input_ids.tolist() == [5, 6, 7], "a chunk records nothing"
+    scheduler._process_last_data(Batch([reqs[1], reqs[0]], "decode"), [11, 12])
+    assert reqs[1].output_ids == [tokens[1]], "a request freed after its batch was launched gets no extra token"
+    assert reqs[0].output_ids == [tokens[0], 12] and scheduler._freed == set()
+    scheduler._process_last_data(Batch([reqs[0]], "decode"), [13])
+    assert sorted(scheduler.finished) == [0, 1] and not scheduler.decode_manager.running
+    eng.cache.cache_req(reqs[2], finished=True)  # the chunk's pages: its scheduler would free them on abort
+    eng.table.free(reqs[2].table_idx)
+    assert_clean(eng)
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+def test_the_next_batch_is_launched_before_the_last_is_processed():
+    name = "tiny-llama"
+    events = {}
+    for overlap in (False, True):
+        llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=128, overlap=overlap)
+        log = []
+        llm.scheduler.on_batch = lambda b: log.append("launch")
+        llm.scheduler.on_token = lambda r, t: log.append("token")
+        outputs = llm.generate(prompt_ids(name, 2), SamplingParams(max_tokens=5, ignore_eos=True))
+        events[overlap] = "".join("L" if e == "launch" else "t" for e in log)
+        assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, 5) for p in prompt_ids(name, 2)]
+        assert_clean(llm.engine)
+    assert events[False] == "Ltt" * 5, "without overlap: launch a batch, record its two tokens, launch the next"
+    assert events[True] == "L" + "Ltt" * 4 + "tt", "with overlap: the next launch comes before the last tokens"
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+@pytest.mark.parametrize("cache_type,budget,page_size",
+                         list(itertools.product(["naive", "radix"], [8, 8192], [1, 4])))
+def test_outputs_identical_with_overlap_on_and_off(cache_type, budget, page_size):
+    name = "tiny-qwen3"
+    tok = tokenizer(name)
+    shared = tok.encode("A cache of keys and values saves work, ")
+    prompts = [shared + tok.encode(t) for t in ("and time.", "so the next step is fast.", "twice over.")]
+    prompts += prompt_ids(name, 3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 9, 1, 6, 12, 4)]
+    runs = {}
+    for overlap in (False, True):
+        llm = LLM(model_path(name), max_running_reqs=3, max_seq_len=128, max_extend_tokens=budget,
+                  page_size=page_size, cache_type=cache_type, overlap=overlap, num_pages=120 // page_size)
+        frees = count_frees(llm.engine)
+        tokens = Counter()
+        llm.scheduler.on_token = lambda r, t: tokens.update([r.uid])
+        runs[overlap] = [o["token_ids"] for o in llm.generate(prompts, params)]
+        assert all(v == 1 for v in frees.values()) and len(frees) == len(prompts), "each request freed once"
+        assert [tokens[i] for i in range(len(prompts))] == [p.max_tokens for p in params], "no token recorded twice"
+        assert_clean(llm.engine)
+    assert runs[True] == runs[False]
+    assert runs[True] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+def test_eos_under_overlap_costs_one_wasted_step_not_a_wrong_token():
+    name = "smollm2"
+    prompts = prompt_ids(name, 3)
+    results = {}
+    for overlap in (False, True):
+        llm = LLM(model_path(name), max_running_reqs=3, max_seq_len=512, overlap=overlap)
+        frees = count_frees(llm.engine)
+        outputs = llm.generate(prompts, SamplingParams(max_tokens=40))
+        results[overlap] = ([o["token_ids"] for o in outputs], llm.scheduler.history)
+        assert all(v == 1 for v in frees.values())
+        assert_clean(llm.engine)
+    for prompt, out in zip(prompts, results[True][0]):
+        assert out == hf_greedy(name, prompt, 40, stop_at_eos=True)
+    assert results[True][0] == results[False][0]
+    eos_first = min(range(3), key=lambda i: len(results[True][0][i]))
+    assert len(results[True][0][eos_first]) < 40, "the fixture needs a request that stops at EOS"
+    decodes = {ov: sum(eos_first in uids for phase, uids in hist if phase == "decode")
+               for ov, (_, hist) in results.items()}
+    assert decodes[True] == decodes[False] + 1, "launched once more before its EOS was seen on the CPU"
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+def test_chunked_trace_with_page_size_4_and_overlap():
+    check_trace(*trace_run(4, overlap=True))
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+def test_abort_while_its_batch_is_in_flight():
+    name = "tiny-qwen3"
+    eng = Engine(EngineConfig(model_path(name), max_running_reqs=3, max_seq_len=96, num_pages=90))
+    scheduler = Scheduler(eng, max_extend_tokens=8, overlap=True)
+    frees = count_frees(eng)
+    prompts = prompt_ids(name, 3)
+    for uid, p in enumerate(prompts):
+        scheduler.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32),
+                                         SamplingParams(max_tokens=6, ignore_eos=True)))
+    last = None
+    for _ in range(3):
+        last = scheduler.overlap_step(last)
+    in_flight = {r.uid for r in last.batch.reqs}
+    victim = next(iter(in_flight))
+    assert scheduler.abort_request(victim)
+    while last is not None or not scheduler.idle:
+        last = scheduler.overlap_step(last)
+    assert victim not in scheduler.finished and all(v == 1 for v in frees.values())
+    for uid in set(range(3)) - {victim}:
+        assert scheduler.finished[uid].output_ids == hf_greedy(name, prompts[uid], 6)
+    assert_clean(eng)
