@@ -112,13 +112,13 @@ def test_admission_counts_whole_pages():
     assert first is not None and adder.reserved == 8
     assert adder.try_add_one(pending(1, 30, 4)) is None, ("33 positions fit in 40 - 6 slots token by token, but "
                                                           "take 9 pages = 36 slots; 8 + 36 > 40")
-    second = adder.try_add_one(pending(2, 25, 4))  # 28 positions: exactly 7 pages
+    second = adder.try_add_one(pending(2, 21, 8))  # 28 positions: 7 pages over its life, 6 for its prompt
     assert second is not None and adder.reserved == 36
     assert adder.try_add_one(pending(3, 1, 1)) is not None, "one position, one page: 36 + 4 = 40 fits"
     assert adder.try_add_one(pending(4, 1, 1)) is None, "the table has 3 rows"
     batch = Batch(adder.reqs, "prefill")
     eng.prepare_batch(batch)
-    assert eng.cache.available_size == 40 - 4 * (2 + 7 + 1), "prefill takes the prompt's pages only"
+    assert eng.cache.available_size == 40 - 4 * (2 + 6 + 1), "prefill takes the prompt's pages only"
     eng.forward_batch(batch)
     for r in adder.reqs:
         eng.cache.cache_req(r, finished=True)

