@@ -11,7 +11,7 @@ from helpers import hf_greedy, model_path, prompt_ids, tokenizer
 from minisgl.core import Req, SamplingParams
 from minisgl.engine import Engine
 from minisgl.kvcache.prefix_cache import CacheHandle
-from minisgl.kvcache.radix_cache import RadixCache
+from minisgl.kvcache.radix_cache import RadixCache, RadixNode
 from minisgl.llm import LLM
 from minisgl.scheduler.cache import CacheManager
 
@@ -26,6 +26,65 @@ def assert_clean(engine: Engine) -> None:
 
 def slots(start: int, n: int) -> torch.Tensor:
     return torch.arange(start, start + n, dtype=torch.int32)
+
+
+def hand_built(page_size: int, paths: list[tuple[list[int], int]]) -> RadixCache:
+    """A tree put together node by node (no _walk / insert_prefix). Each (key, first slot) becomes a node
+    under the node made just before it, or under the root if its key starts with -1 (the marker is dropped)."""
+    tree = RadixCache(page_size=page_size)
+    last = tree.root
+    for key, first_slot in paths:
+        parent = tree.root if key[0] == -1 else last
+        key = key[1:] if key[0] == -1 else key
+        last = RadixNode(key, slots(first_slot, len(key)), parent)
+        parent.children[tuple(key[:page_size])] = last
+        tree._evictable += len(key)
+    return tree
+
+
+@pytest.mark.stubs("RadixCache._split")
+def test_split_keeps_the_path_and_the_locks():
+    tree = hand_built(2, [([-1, 1, 2, 3, 4, 5, 6], 10)])
+    node = tree.root.children[(1, 2)]
+    node.ref_count, node.last_access = 2, 7
+    head = tree._split(node, 4)
+    assert tree.root.children[(1, 2)] is head and head.key == [1, 2, 3, 4] and head.value.tolist() == [10, 11, 12, 13]
+    assert head.children == {(5, 6): node} and node.parent is head and node.key == [5, 6]
+    assert node.value.tolist() == [14, 15] and (head.ref_count, head.last_access) == (2, 7)
+
+
+@pytest.mark.stubs("RadixCache.lock_handle")
+def test_locks_nest_and_move_sizes_between_evictable_and_protected():
+    tree = hand_built(1, [([-1, 1, 2], 0), ([3, 4, 5], 2), ([-1, 9], 50)])
+    deep = tree.root.children[(1,)].children[(3,)]
+    handle = CacheHandle(5, deep)
+    tree.lock_handle(handle)
+    assert (tree.evictable_size, tree.protected_size) == (1, 5), "the whole path is locked"
+    tree.lock_handle(CacheHandle(2, deep.parent))
+    assert deep.parent.ref_count == 2 and deep.ref_count == 1
+    tree.lock_handle(handle, unlock=True)
+    assert (tree.evictable_size, tree.protected_size) == (4, 2), "[1, 2] is still locked by the second handle"
+    tree.lock_handle(CacheHandle(2, deep.parent), unlock=True)
+    assert (tree.evictable_size, tree.protected_size) == (6, 0)
+    with pytest.raises(RuntimeError, match="not locked"):
+        tree.lock_handle(handle, unlock=True)
+    tree.lock_handle(CacheHandle(0, tree.root))  # an empty match locks nothing
+    assert tree.protected_size == 0
+
+
+@pytest.mark.stubs("RadixCache.evict")
+def test_evict_takes_least_recently_used_leaves_then_their_parents():
+    tree = hand_built(1, [([-1, 1, 2], 0), ([3], 2), ([-1, 7, 8], 20), ([-1, 5], 30)])
+    stamps = {(1,): 1, (7,): 4, (5,): 3}
+    for key, node in tree.root.children.items():
+        node.last_access = stamps[key]
+    tree.root.children[(1,)].children[(3,)].last_access = 2
+    tree.root.children[(5,)].ref_count, tree._evictable, tree._protected = 1, 5, 1  # [5] is locked
+    assert tree.evict(1).tolist() == [2], "the oldest leaf is [3] (its parent [1, 2] is not a leaf yet)"
+    assert sorted(tree.evict(2).tolist()) == [0, 1], "then [1, 2], a leaf now and older than [7, 8]"
+    with pytest.raises(MemoryError):
+        tree.evict(3)  # only [7, 8] is unlocked
+    assert tree.evictable_size == 2 and set(tree.root.children) == {(7,), (5,)}, "a refused eviction takes nothing"
 
 
 @pytest.mark.stubs(*TREE_STUBS)

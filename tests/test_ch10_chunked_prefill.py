@@ -37,12 +37,20 @@ def engine():
     return Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=96, num_pages=80))
 
 
-@pytest.mark.stubs("ChunkedReq.append_host", "ChunkedReq.can_decode")
-def test_a_chunk_is_never_sampled_and_never_decodes():
+@pytest.mark.stubs("ChunkedReq.append_host")
+def test_a_chunk_is_never_sampled():
     req = ChunkedReq(torch.arange(5, dtype=torch.int32), 0, 0, 4, 7, SamplingParams(max_tokens=4))
-    assert not req.can_decode
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as refused:
         req.append_host(3)
+    if isinstance(refused.value, NotImplementedError):  # a RuntimeError too: the stub itself, not a refusal
+        raise refused.value
+    assert req.input_ids.tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.stubs("ChunkedReq.can_decode")
+def test_a_chunk_never_decodes():
+    req = ChunkedReq(torch.arange(5, dtype=torch.int32), 0, 0, 4, 7, SamplingParams(max_tokens=4))
+    assert req.remain_len == 4 and not req.can_decode
 
 
 @pytest.mark.stubs("PrefillAdder._add_one_req", "ChunkedReq.can_decode")

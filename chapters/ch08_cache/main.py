@@ -5,6 +5,7 @@ import torch
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
+from minisgl.scheduler.utils import PendingReq
 from tools.models import model_path_from_env
 
 path = model_path_from_env("tiny-llama")
@@ -14,8 +15,6 @@ print("== page table rows after prefill, page size 4 (a page = 4 consecutive slo
 llm = LLM(path, max_running_reqs=2, max_seq_len=32, page_size=4, num_pages=6)
 sched = llm.scheduler
 for uid, ids in enumerate(prompts):
-    from minisgl.scheduler.utils import PendingReq
-
     sched.add_request(PendingReq(uid, torch.tensor(ids, dtype=torch.int32), SamplingParams(max_tokens=4, ignore_eos=True)))
 sched.step()  # the prefill batch
 for req in sched.decode_manager.running:

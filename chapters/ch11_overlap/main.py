@@ -14,6 +14,8 @@ for overlap in (False, True):
     llm = LLM(path, max_running_reqs=4, max_seq_len=512, overlap=overlap)
     prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                                  tokenize=True, return_dict=False) for q in questions]
+    llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up: first-call costs stay out of the timing
+    llm.scheduler.history.clear()
     log = []
     llm.scheduler.on_batch = lambda b: log.append(f"launch {b.phase[0]}{len(llm.scheduler.history)}")
     llm.scheduler.on_token = lambda r, t: log.append(f"got r{r.uid}")

@@ -115,6 +115,10 @@ class Scheduler:
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
         request is not waiting or running (unknown, or finished already)."""
+        with self._on_stream():  # its device writes queue behind the batches already launched
+            return self._abort(uid)
+
+    def _abort(self, uid: int) -> bool:
         pending = self.prefill_manager.abort(uid)
         if pending is not None:
             if pending.chunked_req is not None:  # part-way through its prompt: it holds a row and pages
@@ -184,8 +188,15 @@ class Scheduler:
         # <<< solution
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream())  # weights and buffers written before the loop
+        if self.stream is None:
+            return self._run(on_step)
+        self.stream.wait_stream(torch.cuda.current_stream())  # weights and buffers written before the loop
+        try:
+            self._run(on_step)
+        finally:
+            torch.cuda.current_stream().wait_stream(self.stream)  # callers see everything the loop wrote
+
+    def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
         if not self.overlap:
             while not self.idle:
