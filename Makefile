@@ -13,7 +13,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-fast clean need-ch
+.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-gpu test-fast clean need-ch
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -80,6 +80,10 @@ docs: deps  ## read the book at http://127.0.0.1:8000
 test: deps models  ## the maintainers' full check (what CI runs)
 	$(PY) -m tools.vendor_assets
 	$(PY) -m pytest tests/course -n 2 -p no:cacheprovider -v --durations=15
+
+test-gpu: deps models  ## the GPU tests (marker gpu) of every chapter suite, on the final reference tree; needs CUDA
+	MINISGL_GPU_TESTS=1 PYTHONPATH="$$($(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol):." \
+		$(PY) -m pytest tests -m gpu --ignore=tests/course -p no:cacheprovider -v
 
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor

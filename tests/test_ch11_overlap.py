@@ -173,3 +173,22 @@ def test_abort_while_its_batch_is_in_flight():
     for uid in set(range(3)) - {victim}:
         assert scheduler.finished[uid].output_ids == hf_greedy(name, prompts[uid], 6)
     assert_clean(eng)
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*LOOP_STUBS)
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_cuda_loop_on_its_own_stream_matches_hf(name):
+    """float32 on CUDA (no TF32) against the CPU float32 reference, chunks, radix and pages of 4, overlap on/off."""
+    prompts = prompt_ids(name, 3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (7, 12, 3)]
+    runs = {}
+    for overlap in (False, True):
+        llm = LLM(model_path(name), device="cuda", dtype="float32", max_running_reqs=2, max_seq_len=128,
+                  page_size=4, max_extend_tokens=8, overlap=overlap)
+        assert llm.scheduler.stream is not None and llm.engine.device.type == "cuda"
+        frees = count_frees(llm.engine)
+        runs[overlap] = [o["token_ids"] for o in llm.generate(prompts, params)]
+        assert all(v == 1 for v in frees.values()) and len(frees) == 3
+        assert_clean(llm.engine)
+    assert runs[True] == runs[False] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]

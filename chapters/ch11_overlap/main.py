@@ -16,9 +16,9 @@ for overlap in (False, True):
                                                  tokenize=True, return_dict=False) for q in questions]
     llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up: first-call costs stay out of the timing
     llm.scheduler.history.clear()
-    log = []
+    log = []  # request K below is the K-th prompt: uids count on from the warm-up request
     llm.scheduler.on_batch = lambda b: log.append(f"launch {b.phase[0]}{len(llm.scheduler.history)}")
-    llm.scheduler.on_token = lambda r, t: log.append(f"got r{r.uid}")
+    llm.scheduler.on_token = lambda r, t: log.append(f"got r{r.uid - 1}")
     t0 = time.perf_counter()
     outs = llm.generate(prompts, SamplingParams(max_tokens=24))
     timings[overlap] = time.perf_counter() - t0
@@ -26,7 +26,7 @@ for overlap in (False, True):
     print(f"== overlap {'on ' if overlap else 'off'}: the first events "
           "(launch pN/dN = prefill/decode batch N; got rK = request K's token processed)")
     print("  " + ", ".join(log[:14]) + ", ...")
-    steps = {uid: sum(uid in uids for phase, uids in llm.scheduler.history) for uid in range(len(prompts))}
+    steps = {k: sum(k + 1 in uids for phase, uids in llm.scheduler.history) for k in range(len(prompts))}
     print(f"  batches each request ran in: {steps}; tokens: {[len(t) for t in outputs[overlap]]}")
     llm.engine.cache.check_integrity()
     llm.engine.table.check_integrity()
