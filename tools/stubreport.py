@@ -15,10 +15,25 @@ def pytest_addoption(parser):
     parser.addoption("--stub-report", default=None, help="write per-test results as JSON lines here")
 
 
+def _stub_in_chain(error: BaseException) -> BaseException | None:
+    """A TODO stub's NotImplementedError that another exception wraps (Triton's interpreter re-raises what a
+    kernel raised as its own InterpreterError, `from` the original)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, NotImplementedError) and str(error).startswith("TODO("):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _short_reason(report) -> tuple[str, str]:
     """(exception type name, first line of the message) of a failed test."""
     excinfo = getattr(report, "_excinfo", None)
     if excinfo is not None:
+        stub = _stub_in_chain(excinfo.value)
+        if stub is not None:
+            return "NotImplementedError", str(stub)
         message = str(excinfo.value).strip().splitlines()
         return excinfo.typename, message[0] if message else ""
     text = str(report.longrepr).strip().splitlines()

@@ -1,0 +1,64 @@
+"""FlashAttnBackend: flash-attn 2's paged kernels (bf16/fp16 on CUDA, pages of a multiple of 256 slots).
+
+flash-attn reads the cache as [pages, page_size, kv_heads, head_dim] through a block table of page ids per
+request, which is our page table sampled at every page's first position, divided by the page size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
+from minisgl.attention.utils import make_metadata
+from minisgl.core import Batch
+from minisgl.kvcache.base import BaseKVCache
+
+FA_PAGE_MULTIPLE = 256  # flash-attn 2: "Paged KV cache block size must be divisible by 256"
+
+
+@dataclass
+class FlashAttnMetadata(BaseAttnMetadata):
+    block_table: torch.Tensor | None = None  # [B, pages]: page ids of each request, in order
+
+
+class FlashAttnBackend(BaseAttnBackend):
+    def __init__(self, kv_cache: BaseKVCache, page_table: torch.Tensor, page_size: int,
+                 scale: float | None = None) -> None:
+        if page_size % FA_PAGE_MULTIPLE:
+            raise ValueError(f"the flash-attn backend needs a page size divisible by {FA_PAGE_MULTIPLE}, "
+                             f"got {page_size}")
+        import flash_attn  # noqa: F401  (fail here, with the import error, rather than in the first batch)
+
+        self.kv_cache = kv_cache
+        self.page_table = page_table
+        self.page_size = page_size
+        self.scale = scale
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        meta = make_metadata(batch, self.page_table.device)
+        pages = -(-meta.max_seqlen_k // self.page_size)
+        first_slots = self.page_table[meta.table_idx, : pages * self.page_size : self.page_size]
+        batch.attn_metadata = FlashAttnMetadata(**vars(meta), block_table=(first_slots // self.page_size).int())
+
+    def _paged(self, cache: torch.Tensor) -> torch.Tensor:
+        return cache.view(-1, self.page_size, *cache.shape[1:])
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
+        self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
+        k_cache = self._paged(self.kv_cache.k_cache(layer_id))
+        v_cache = self._paged(self.kv_cache.v_cache(layer_id))
+        meta = batch.attn_metadata
+        scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        q = q.to(k_cache.dtype)
+        if batch.is_decode:
+            out = flash_attn_with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.seq_lens,
+                                          block_table=meta.block_table, softmax_scale=scale, causal=True)
+            return out.squeeze(1)
+        # causal with more keys than queries aligns the queries with the last keys: the cached prefix
+        return flash_attn_varlen_func(q, k_cache, v_cache, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
+                                      meta.max_seqlen_k, softmax_scale=scale, causal=True,
+                                      block_table=meta.block_table)

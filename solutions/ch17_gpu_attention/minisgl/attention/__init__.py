@@ -1,0 +1,59 @@
+"""Attention backends: how a batch's queries meet the keys and values in the paged KV cache.
+
+`create_attention_backend` picks one by name: "torch" (chapter 5, any device), "triton" (the course's
+Triton kernels, CUDA), "fa" (flash-attn 2, CUDA, 16-bit, pages of a multiple of 256 slots), or "auto":
+fa when it imports and the page size and dtype allow it, else triton on CUDA, else torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from minisgl.attention.base import BaseAttnBackend
+from minisgl.kvcache.base import BaseKVCache
+
+BACKENDS = ("auto", "torch", "triton", "fa")
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_size: int) -> str:
+    """The backend `name` stands for on this device ("auto" decided), or ValueError if it cannot run here."""
+    # TODO(ch17): reject unknown names; "auto" -> "fa" if flash_attn is importable, the device is CUDA, the dtype
+    # 16-bit and page_size a multiple of 256; else "triton" on CUDA (if triton is importable); else "torch".
+    # An explicit "fa" off CUDA, or "triton" off CUDA without TRITON_INTERPRET=1 (Triton's CPU interpreter),
+    # is a ValueError naming the backend and the device.
+    # >>> solution
+    if name not in BACKENDS:
+        raise ValueError(f"attention backend must be one of {BACKENDS}, got {name!r}")
+    cuda = device.type == "cuda"
+    if name == "auto":
+        if cuda and _importable("flash_attn") and dtype in (torch.bfloat16, torch.float16) and page_size % 256 == 0:
+            return "fa"
+        return "triton" if cuda and _importable("triton") else "torch"
+    interpreted = name == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
+    if name != "torch" and not cuda and not interpreted:
+        raise ValueError(f"the {name!r} attention backend needs a CUDA device, not {device}")
+    return name
+    # <<< solution
+
+
+def create_attention_backend(name: str, kv_cache: BaseKVCache, page_table: torch.Tensor, page_size: int,
+                             dtype: torch.dtype) -> BaseAttnBackend:
+    name = resolve_backend(name, page_table.device, dtype, page_size)
+    if name == "fa":
+        from minisgl.attention.fa_backend import FlashAttnBackend
+
+        return FlashAttnBackend(kv_cache, page_table, page_size)
+    if name == "triton":
+        from minisgl.attention.triton_backend import TritonAttnBackend
+
+        return TritonAttnBackend(kv_cache, page_table)
+    from minisgl.attention.torch_backend import TorchAttnBackend
+
+    return TorchAttnBackend(kv_cache, page_table)

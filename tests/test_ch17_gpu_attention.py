@@ -1,0 +1,144 @@
+"""Chapter 17: GPU attention. The Triton paged kernels against a float64 reference (on a CPU through Triton's
+interpreter, on CUDA for real), backend selection, and the engine on each backend against HF greedy."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+ON_CUDA = torch.cuda.is_available()
+if not ON_CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: kernels run in its numpy interpreter
+
+from helpers import hf_greedy, model_path, prompt_ids  # noqa: E402
+from minisgl.attention import resolve_backend  # noqa: E402
+from minisgl.core import SamplingParams  # noqa: E402
+from minisgl.kernel.triton.attention import paged_decode_attention, paged_extend_attention  # noqa: E402
+from minisgl.llm import LLM  # noqa: E402
+
+DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
+KERNEL_STUBS = ("_decode_kernel", "_extend_kernel")
+
+
+def scattered_cache(lens, hkv, dim, dtype, seed=0):
+    """A KV cache whose requests' tokens sit in random slots, and the page table that finds them."""
+    gen = torch.Generator().manual_seed(seed)
+    slots = sum(lens) + 37
+    k_cache = torch.randn(slots, hkv, dim, generator=gen).to(DEVICE, dtype)
+    v_cache = torch.randn(slots, hkv, dim, generator=gen).to(DEVICE, dtype)
+    table = torch.zeros(len(lens) + 1, max(lens) + 5, dtype=torch.int32)
+    perm = torch.randperm(slots, generator=gen)[: sum(lens)].to(torch.int32)
+    rows = torch.randperm(len(lens) + 1, generator=gen)[: len(lens)]
+    start = 0
+    for row, n in zip(rows.tolist(), lens):
+        table[row, :n] = perm[start : start + n]
+        start += n
+    return k_cache, v_cache, table.to(DEVICE), rows.to(DEVICE, torch.int32)
+
+
+def reference(q, k_cache, v_cache, table, row, seq_len, cached):
+    """float64 attention of queries at positions cached.. over keys 0..seq_len-1 (causal), all heads."""
+    slots = table[row, :seq_len].long()
+    group = q.shape[1] // k_cache.shape[1]
+    k = k_cache[slots].double().repeat_interleave(group, 1)
+    v = v_cache[slots].double().repeat_interleave(group, 1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), k) * q.shape[-1] ** -0.5
+    visible = torch.arange(seq_len, device=q.device)[None, :] <= torch.arange(cached, seq_len, device=q.device)[:, None]
+    return torch.einsum("hqk,khd->qhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v)
+
+
+def rel_err(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+DTYPES = [(torch.float32, 1e-5)] + ([(torch.bfloat16, 1e-2)] if ON_CUDA else [])
+
+
+@pytest.mark.stubs("_decode_kernel")
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64), (8, 8, 16)])
+def test_decode_kernel_matches_float64(hq, hkv, dim, dtype, tol):
+    lens = [1, 70, 33, 129]
+    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype)
+    q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(1)).to(DEVICE, dtype)
+    seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5)
+    ref = torch.stack([reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
+                       for i, n in enumerate(lens)])
+    assert out.dtype == dtype and rel_err(out, ref) < tol
+
+
+@pytest.mark.stubs("_extend_kernel")
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64)])
+def test_extend_kernel_matches_float64_over_a_cached_prefix(hq, hkv, dim, dtype, tol):
+    lens, cached = [40, 7, 100, 65], [0, 6, 37, 64]  # a fresh prompt, one new token, a chunk, a long prefix
+    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype, seed=2)
+    new = [n - c for n, c in zip(lens, cached)]
+    q = torch.randn(sum(new), hq, dim, generator=torch.Generator().manual_seed(3)).to(DEVICE, dtype)
+    cu = torch.tensor([0] + torch.tensor(new).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
+    out = paged_extend_attention(q, k_cache, v_cache, table, rows, torch.tensor(lens, dtype=torch.int32, device=DEVICE),
+                                 torch.tensor(cached, dtype=torch.int32, device=DEVICE), cu, max(new), dim ** -0.5)
+    ref = torch.cat([reference(q[cu[i] : cu[i + 1]], k_cache, v_cache, table, rows[i], n, c)
+                     for i, (n, c) in enumerate(zip(lens, cached))])
+    assert out.dtype == dtype and rel_err(out, ref) < tol
+
+
+@pytest.mark.stubs("resolve_backend")
+def test_backend_selection():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_backend("auto", cpu, torch.float32, 1) == "torch"
+    assert resolve_backend("torch", cuda, torch.bfloat16, 1) == "torch"
+    assert resolve_backend("auto", cuda, torch.float32, 256) in ("triton", "torch"), "fa has no float32"
+    for name, device in [("fa", cpu), ("nope", cuda)]:
+        with pytest.raises(ValueError, match=name):
+            resolve_backend(name, device, torch.bfloat16, 256)
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            resolve_backend("triton", cpu, torch.float32, 1)
+        os.environ["TRITON_INTERPRET"] = "1"
+        assert resolve_backend("triton", cpu, torch.float32, 1) == "triton", "Triton's interpreter runs on a CPU"
+    finally:
+        os.environ.pop("TRITON_INTERPRET", None)
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+@pytest.mark.stubs(*KERNEL_STUBS)
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_engine_on_the_triton_backend_matches_hf(name):
+    prompts = prompt_ids(name, 3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (6, 9, 4)]
+    llm = LLM(model_path(name), device=DEVICE.type, dtype="float32", attention_backend="triton", page_size=4,
+              max_running_reqs=2, max_seq_len=128, max_extend_tokens=8)
+    assert type(llm.engine.attn_backend).__name__ == "TritonAttnBackend"
+    outputs = llm.generate(prompts, params)
+    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
+    llm.engine.cache.check_integrity()
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*KERNEL_STUBS)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_flash_attn_backend_bf16_matches_hf_bf16_on_the_gpu(overlap):
+    pytest.importorskip("flash_attn")
+    from transformers import AutoModelForCausalLM
+
+    name = "tiny-qwen3"
+    prompts = prompt_ids(name, 3)
+    llm = LLM(model_path(name), device="cuda", dtype="bfloat16", page_size=256, max_running_reqs=3,
+              max_seq_len=512, max_extend_tokens=16, overlap=overlap)
+    assert type(llm.engine.attn_backend).__name__ == "FlashAttnBackend", "auto picks flash-attn here"
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    hf = AutoModelForCausalLM.from_pretrained(model_path(name), dtype=torch.bfloat16).cuda().eval()
+    hf.generation_config.eos_token_id = None  # exactly 12 argmax steps, EOS an ordinary token (ignore_eos)
+    for prompt, out in zip(prompts, outputs):
+        ids = torch.tensor([prompt], device="cuda")
+        with torch.inference_mode():
+            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                              max_new_tokens=12)[0, len(prompt):].tolist()
+        assert out["token_ids"] == ref
+    llm.engine.cache.check_integrity()
