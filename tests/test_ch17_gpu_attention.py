@@ -92,6 +92,7 @@ def test_backend_selection():
     assert resolve_backend("auto", cpu, torch.float32, 1) == "torch"
     assert resolve_backend("torch", cuda, torch.bfloat16, 1) == "torch"
     assert resolve_backend("auto", cuda, torch.float32, 256) in ("triton", "torch"), "fa has no float32"
+    assert resolve_backend("auto", cuda, torch.float32, 1, head_dim=80) == "torch", "the kernels need 2^k head_dim"
     for name, device in [("fa", cpu), ("nope", cuda)]:
         with pytest.raises(ValueError, match=name):
             resolve_backend(name, device, torch.bfloat16, 256)

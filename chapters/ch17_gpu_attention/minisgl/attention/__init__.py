@@ -22,10 +22,11 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_size: int) -> str:
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_size: int, head_dim: int = 64) -> str:
     """The backend `name` stands for on this device ("auto" decided), or ValueError if it cannot run here."""
     # TODO(ch17): reject unknown names; "auto" -> "fa" if flash_attn is importable, the device is CUDA, the dtype
-    # 16-bit and page_size a multiple of 256; else "triton" on CUDA (if triton is importable); else "torch".
+    # 16-bit and page_size a multiple of 256; else "triton" on CUDA if triton is importable and head_dim is a
+    # power of two >= 16 (what the kernels take); else "torch".
     # An explicit "fa" off CUDA, or "triton" off CUDA without TRITON_INTERPRET=1 (Triton's CPU interpreter),
     # is a ValueError naming the backend and the device.
     raise NotImplementedError("TODO(ch17): resolve_backend")
@@ -33,7 +34,7 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_si
 
 def create_attention_backend(name: str, kv_cache: BaseKVCache, page_table: torch.Tensor, page_size: int,
                              dtype: torch.dtype) -> BaseAttnBackend:
-    name = resolve_backend(name, page_table.device, dtype, page_size)
+    name = resolve_backend(name, page_table.device, dtype, page_size, kv_cache.head_dim)
     if name == "fa":
         from minisgl.attention.fa_backend import FlashAttnBackend
 

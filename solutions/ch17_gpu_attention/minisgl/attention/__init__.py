@@ -22,10 +22,11 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_size: int) -> str:
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_size: int, head_dim: int = 64) -> str:
     """The backend `name` stands for on this device ("auto" decided), or ValueError if it cannot run here."""
     # TODO(ch17): reject unknown names; "auto" -> "fa" if flash_attn is importable, the device is CUDA, the dtype
-    # 16-bit and page_size a multiple of 256; else "triton" on CUDA (if triton is importable); else "torch".
+    # 16-bit and page_size a multiple of 256; else "triton" on CUDA if triton is importable and head_dim is a
+    # power of two >= 16 (what the kernels take); else "torch".
     # An explicit "fa" off CUDA, or "triton" off CUDA without TRITON_INTERPRET=1 (Triton's CPU interpreter),
     # is a ValueError naming the backend and the device.
     # >>> solution
@@ -35,7 +36,8 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_si
     if name == "auto":
         if cuda and _importable("flash_attn") and dtype in (torch.bfloat16, torch.float16) and page_size % 256 == 0:
             return "fa"
-        return "triton" if cuda and _importable("triton") else "torch"
+        kernel_fits = head_dim >= 16 and head_dim & (head_dim - 1) == 0
+        return "triton" if cuda and kernel_fits and _importable("triton") else "torch"
     interpreted = name == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
     if name != "torch" and not cuda and not interpreted:
         raise ValueError(f"the {name!r} attention backend needs a CUDA device, not {device}")
@@ -45,7 +47,7 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_si
 
 def create_attention_backend(name: str, kv_cache: BaseKVCache, page_table: torch.Tensor, page_size: int,
                              dtype: torch.dtype) -> BaseAttnBackend:
-    name = resolve_backend(name, page_table.device, dtype, page_size)
+    name = resolve_backend(name, page_table.device, dtype, page_size, kv_cache.head_dim)
     if name == "fa":
         from minisgl.attention.fa_backend import FlashAttnBackend
 
