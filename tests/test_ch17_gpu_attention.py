@@ -19,6 +19,7 @@ from minisgl.kernel.triton.attention import paged_decode_attention, paged_extend
 from minisgl.llm import LLM  # noqa: E402
 
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
+pytestmark = pytest.mark.anydevice  # the whole suite runs on CUDA under `make test-gpu`
 KERNEL_STUBS = ("_decode_kernel", "_extend_kernel")
 
 
