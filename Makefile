@@ -82,7 +82,7 @@ test: deps models  ## the maintainers' full check (what CI runs)
 	$(PY) -m pytest tests/course -n 2 -p no:cacheprovider -v --durations=15
 
 test-gpu:  ## the GPU tests (markers gpu, anydevice) on the final reference tree; needs CUDA (installs nothing)
-	MINISGL_GPU_TESTS=1 PYTHONPATH="$$($(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol):." \
+	MINISGL_GPU_TESTS=1 PYTHONPATH="$$($(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol):.:$$PYTHONPATH" \
 		$(PY) -m pytest tests -m "gpu or anydevice" --ignore=tests/course --ignore=tests/test_ch00_tiny_engine.py -p no:cacheprovider -v
 
 clean:  ## remove build outputs (keeps models/)
