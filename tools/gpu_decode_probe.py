@@ -1,0 +1,90 @@
+"""GPU probe: output tokens/s of LLM.generate per attention backend and with overlap scheduling on and off,
+on a Qwen3-0.6B-shaped model with random bf16 weights (generated on the GPU, nothing downloaded).
+
+    python -m tools.gpu_decode_probe [--batches 1 16 64] [--prompt 128] [--tokens 64]
+
+A maintainers' tool for the book's GPU numbers (chapters 11 and 17); chapter 22 builds the real benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+
+
+def make_model(path: Path) -> Path:
+    if (path / "config.json").exists():
+        return path
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                         num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+                         tie_word_embeddings=True, rope_theta=1e6, torch_dtype="bfloat16")
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(path)
+    return path
+
+
+def run(path: Path, backend: str, overlap: bool, batch: int, prompt: int, tokens: int) -> dict:
+    page = 256 if backend == "fa" else 1
+    llm = LLM(path, device="cuda", dtype="bfloat16", attention_backend=backend, overlap=overlap, page_size=page,
+              max_running_reqs=batch, max_seq_len=prompt + tokens + page, memory_ratio=0.5)
+    gen = torch.Generator().manual_seed(batch)
+    prompts = [torch.randint(0, 151936, (prompt,), generator=gen).tolist() for _ in range(batch)]
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up: compile, allocate
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    decode_steps = sum(phase == "decode" for phase, _ in llm.scheduler.history)
+    llm.engine.cache.check_integrity()
+    return {"backend": type(llm.engine.attn_backend).__name__, "overlap": overlap, "batch": batch,
+            "output_tokens": sum(len(o["token_ids"]) for o in outputs), "seconds": round(seconds, 3),
+            "tok_per_s": round(sum(len(o["token_ids"]) for o in outputs) / seconds, 1),
+            "ms_per_step": round(1000 * seconds / max(len(llm.scheduler.history), 1), 2), "decode_steps": decode_steps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--model", type=Path, default=Path("/tmp/qwen3-0.6b-random"))
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    path = make_model(args.model)
+    backends = ["torch", "triton"]
+    try:
+        import flash_attn  # noqa: F401
+
+        backends.append("fa")
+    except ImportError:
+        pass
+    rows = []
+    for batch in args.batches:
+        for backend in backends:
+            for overlap in (False, True):
+                row = run(path, backend, overlap, batch, args.prompt, args.tokens)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'batch':>5} {'backend':>18} {'overlap':>7} {'tok/s':>9} {'ms/step':>8}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['backend']:>18} {str(r['overlap']):>7} {r['tok_per_s']:>9} {r['ms_per_step']:>8}")
+
+
+if __name__ == "__main__":
+    main()
