@@ -29,6 +29,10 @@ class BasePrefixCache(ABC):
         """The longest cached prefix of `ids` (whole pages): its handle and the KV slots of its tokens."""
 
     @abstractmethod
+    def slots(self, handle: CacheHandle) -> torch.Tensor:
+        """The KV slots of the prefix a handle names, in token order."""
+
+    @abstractmethod
     def insert_prefix(self, ids: list[int], slots: torch.Tensor) -> tuple[int, CacheHandle]:
         """Take ownership of the KV slots of `ids` (whole pages). Returns how many leading tokens were cached
         already (the caller still owns those slots of its own and frees them) and a handle to all of `ids`."""
@@ -70,6 +74,9 @@ class NoPrefixCache(BasePrefixCache):
 
     def match_prefix(self, ids: list[int]) -> tuple[CacheHandle, torch.Tensor]:
         return CacheHandle(0), self._empty()
+
+    def slots(self, handle: CacheHandle) -> torch.Tensor:
+        return self._empty()
 
     def insert_prefix(self, ids: list[int], slots: torch.Tensor) -> tuple[int, CacheHandle]:
         return 0, CacheHandle(0)

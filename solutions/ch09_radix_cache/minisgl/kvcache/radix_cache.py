@@ -98,8 +98,8 @@ class RadixCache(BasePrefixCache):
         return node, pos
         # <<< solution
 
-    def _path_slots(self, node: RadixNode) -> torch.Tensor:
-        parts = []
+    def slots(self, handle: CacheHandle) -> torch.Tensor:
+        parts, node = [], (handle.node if handle.node is not None else self.root)
         while node is not self.root:
             parts.append(node.value)
             node = node.parent
@@ -108,7 +108,8 @@ class RadixCache(BasePrefixCache):
     def match_prefix(self, ids: list[int]) -> tuple[CacheHandle, torch.Tensor]:
         ids = list(ids)[: len(ids) - len(ids) % self.page_size]
         node, matched = self._walk(ids)
-        return CacheHandle(matched, node), self._path_slots(node)
+        handle = CacheHandle(matched, node)
+        return handle, self.slots(handle)
 
     def insert_prefix(self, ids: list[int], slots: torch.Tensor) -> tuple[int, CacheHandle]:
         if len(ids) % self.page_size or len(ids) != len(slots):

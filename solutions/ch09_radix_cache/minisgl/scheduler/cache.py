@@ -141,8 +141,7 @@ class CacheManager:
             self.free(row[new.cached_len : div_ceil(req.cached_len, ps) * ps])
             req.cache_handle = None
         else:
-            _, shared = self.prefix_cache.match_prefix(req.input_ids[:existed].tolist())
-            row[old.cached_len : existed] = shared[old.cached_len :]
+            row[old.cached_len : existed] = self.prefix_cache.slots(new)[old.cached_len : existed]
             req.cache_handle = new
             self.lock(new)
         # <<< solution
