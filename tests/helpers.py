@@ -112,3 +112,18 @@ def hf_logits(name: str, ids: list[int]) -> torch.Tensor:
     """Float32 logits of every position of one sequence."""
     with torch.inference_mode():
         return hf_model(name)(torch.tensor([ids])).logits[0].float()
+
+
+def assert_clean(engine) -> None:
+    """Call when no request runs: every KV page and every table row is free (or, from chapter 9, cached)."""
+    engine.cache.check_integrity()
+    engine.table.check_integrity()
+
+
+def pending(uid: int, prompt_len: int, max_tokens: int, first: int = 1):
+    """A waiting request (chapter 7's PendingReq) whose prompt is first, first + 1, ..., prompt_len tokens."""
+    from minisgl.core import SamplingParams
+    from minisgl.scheduler.utils import PendingReq
+
+    return PendingReq(uid, torch.arange(first, first + prompt_len, dtype=torch.int32),
+                      SamplingParams(max_tokens=max_tokens))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import MODEL_NAMES, hf_greedy, model_path, prompt_ids
+from helpers import MODEL_NAMES, assert_clean, hf_greedy, model_path, prompt_ids
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.engine.manual import ManualBatcher
@@ -20,10 +20,6 @@ def engine(request):
     config = EngineConfig(model_path(request.param), max_running_reqs=8, max_seq_len=256, num_pages=2048)
     return request.param, Engine(config)
 
-
-def assert_clean(engine: Engine) -> None:
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
 
 
 @pytest.mark.stubs(*ENGINE_STUBS)

@@ -5,26 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import MODEL_NAMES, hf_greedy, model_path, prompt_ids
+from helpers import MODEL_NAMES, assert_clean, hf_greedy, model_path, pending, prompt_ids
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import PrefillAdder, PrefillManager
 from minisgl.scheduler.scheduler import Scheduler
-from minisgl.scheduler.utils import PendingReq
 
 LOOP_STUBS = ("Scheduler.schedule_next_batch", "Scheduler._process_last_data", "PrefillManager.schedule_next_batch",
               "PrefillAdder.try_add_one", "DecodeManager.reserved_slots")
 
 
-def assert_clean(engine: Engine) -> None:
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
-
-
-def pending(uid: int, prompt_len: int, max_tokens: int) -> PendingReq:
-    return PendingReq(uid, torch.arange(1, prompt_len + 1, dtype=torch.int32), SamplingParams(max_tokens=max_tokens))
 
 
 @pytest.fixture(scope="module")

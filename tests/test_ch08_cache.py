@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import MODEL_NAMES, hf_greedy, model_path, prompt_ids
+from helpers import MODEL_NAMES, assert_clean, hf_greedy, model_path, pending, prompt_ids
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
@@ -19,19 +19,12 @@ CACHE_STUBS = ("CacheManager.allocate_paged", "CacheManager.free", "CacheManager
 ALL_STUBS = (*CACHE_STUBS, "PrefillAdder.try_add_one", "DecodeManager.reserved_slots")
 
 
-def assert_clean(engine: Engine) -> None:
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
-
 
 def make_req(row: int, cached_len: int, device_len: int, max_tokens: int = 8) -> Req:
     req = Req(torch.arange(device_len, dtype=torch.int32), row, 0, max_tokens, row, SamplingParams(max_tokens=max_tokens))
     req.cached_len = cached_len
     return req
 
-
-def pending(uid: int, prompt_len: int, max_tokens: int) -> PendingReq:
-    return PendingReq(uid, torch.arange(1, prompt_len + 1, dtype=torch.int32), SamplingParams(max_tokens=max_tokens))
 
 
 @pytest.mark.stubs("CacheManager.allocate_paged")

@@ -7,9 +7,8 @@ import random
 import pytest
 import torch
 
-from helpers import hf_greedy, model_path, prompt_ids, tokenizer
+from helpers import assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
 from minisgl.core import Req, SamplingParams
-from minisgl.engine import Engine
 from minisgl.kvcache.prefix_cache import CacheHandle
 from minisgl.kvcache.radix_cache import RadixCache, RadixNode
 from minisgl.llm import LLM
@@ -18,10 +17,6 @@ from minisgl.scheduler.cache import CacheManager
 TREE_STUBS = ("RadixCache._split", "RadixCache._walk", "RadixCache.insert_prefix")
 ALL_STUBS = (*TREE_STUBS, "RadixCache.lock_handle", "RadixCache.evict", "CacheManager.cache_req")
 
-
-def assert_clean(engine: Engine) -> None:
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
 
 
 def slots(start: int, n: int) -> torch.Tensor:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import hf_greedy, model_path, tokenizer
+from helpers import assert_clean, hf_greedy, model_path, pending, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder, PrefillManager
 from minisgl.scheduler.scheduler import Scheduler
-from minisgl.scheduler.utils import PendingReq
 from minisgl.scheduler.warmup import Sequence, WarmupScheduler
 
 CHUNK_STUBS = ("ChunkedReq.append_host", "ChunkedReq.can_decode", "PrefillAdder._add_one_req",
@@ -22,14 +21,6 @@ LONG_TEXT = ("Paged attention stores the keys and values of every request in fix
              "allocated on demand and shared prefixes can be reused across requests without copying.")
 
 
-def assert_clean(engine: Engine) -> None:
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
-
-
-def pending(uid: int, prompt_len: int, max_tokens: int, first: int = 1) -> PendingReq:
-    return PendingReq(uid, torch.arange(first, first + prompt_len, dtype=torch.int32),
-                      SamplingParams(max_tokens=max_tokens))
 
 
 @pytest.fixture

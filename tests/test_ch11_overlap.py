@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from helpers import hf_greedy, model_path, prompt_ids, tokenizer
+from helpers import assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
@@ -22,10 +22,6 @@ from test_ch10_chunked_prefill import check_trace, trace_run
 LOOP_STUBS = ("Scheduler.overlap_step", "Scheduler._launch", "Scheduler._process_last_data",
               "DecodeManager.schedule_next_batch")
 
-
-def assert_clean(engine: Engine) -> None:
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
 
 
 def count_frees(engine: Engine) -> Counter:
