@@ -81,7 +81,9 @@ class CacheManager:
         slots = self._page_slots(self._allocate(needed))
         rows = torch.cat([torch.full(((last - first) * ps,), row) for row, first, last in spans])
         cols = torch.cat([torch.arange(first * ps, last * ps) for _, first, last in spans])
-        self.page_table[rows.to(self.device), cols.to(self.device)] = slots.to(self.device)
+        # non_blocking: the CPU need not wait for the GPU to drain its queue (see make_metadata, chapter 5)
+        index = (rows.to(self.device, non_blocking=True), cols.to(self.device, non_blocking=True))
+        self.page_table[index] = slots.to(self.device, non_blocking=True)
         # <<< solution
 
     def free(self, slots: torch.Tensor) -> None:

@@ -1,0 +1,219 @@
+"""Chapter 18: CUDA graphs for decode. Capture sizes, padding to a captured size with requests that live in the
+padding row and write to the padding page, static buffers refreshed at every replay, and the engine with
+graphs on equal to HF greedy. On the CPU the graphs are EagerGraph (the same runner, rerun eagerly); on an H200
+(`make test-gpu`) the gpu tests replay real CUDA graphs on every attention backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import assert_clean, hf_greedy, model_path, prompt_ids
+from minisgl.attention.utils import make_metadata
+from minisgl.core import SamplingParams
+from minisgl.engine import EngineConfig
+from minisgl.engine.graph import capture_sizes
+from minisgl.llm import LLM
+
+ALL_STUBS = ("capture_sizes", "GraphRunner.pad_batch", "GraphRunner.replay", "BaseAttnBackend.prepare_for_replay")
+
+
+@pytest.mark.stubs("capture_sizes")
+@pytest.mark.parametrize("max_bs", [1, 2, 3, 5, 8, 9, 16, 33, 100, 256])
+def test_capture_sizes_cover_every_batch_with_little_padding(max_bs):
+    sizes = capture_sizes(max_bs)
+    assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == max_bs
+    small = [s for s in (1, 2, 4) if s < max_bs] + ([max_bs] if max_bs < 8 else [])
+    assert [s for s in sizes if s < 8] == small
+    assert all(s % 8 == 0 for s in sizes[:-1] if s >= 8), "past 4, every multiple of 8 (and max_bs itself)"
+    for n in range(1, max_bs + 1):  # the padding a batch of n gets: at most 7 dummy requests
+        padded = min(s for s in sizes if s >= n)
+        assert padded - n < 8 and (n > 4 or padded - n <= n // 2)
+
+
+@pytest.mark.stubs("capture_sizes")
+def test_capture_sizes_refuses_an_empty_range():
+    with pytest.raises(ValueError):
+        capture_sizes(0)
+
+
+def test_cuda_graph_setting():
+    assert EngineConfig(model_path("tiny-qwen3"), device="cpu").cuda_graph_max_bs == 0, "off on the CPU by default"
+    with pytest.raises(ValueError, match="cuda_graph_max_bs"):
+        EngineConfig(model_path("tiny-qwen3"), device="cpu", cuda_graph_max_bs=-1)
+
+
+def decode_batch(llm: LLM, prompts: list[list[int]]):
+    """Admit `prompts`, run their prefill, and return their first decode batch, prepared (pages allocated)."""
+    sched = llm.scheduler
+    sched.overlap = False
+    for i, p in enumerate(prompts):
+        llm.scheduler.add_request(_pending(1000 + i, p))
+    while sched.prefill_manager.pending:
+        assert sched.step().is_prefill
+    batch = sched.decode_manager.schedule_next_batch()
+    llm.engine.prepare_batch(batch)
+    return batch
+
+
+def _pending(uid, ids):
+    from minisgl.scheduler.utils import PendingReq
+
+    return PendingReq(uid, torch.tensor(ids, dtype=torch.int32), SamplingParams(max_tokens=20))
+
+
+def eager_logits(llm: LLM, batch) -> torch.Tensor:
+    e = llm.engine
+    with torch.inference_mode():
+        e.attn_backend.prepare_metadata(batch)
+        with e.ctx.forward_batch(batch):
+            return e.model.forward()
+
+
+@pytest.fixture
+def small_llm(monkeypatch):
+    """Graphs captured at sizes 1, 2, 4 and 6: fixed here, so these tests depend on capture_sizes not at all."""
+    monkeypatch.setattr("minisgl.engine.engine.capture_sizes", lambda max_bs: [1, 2, 4, 6])
+    llm = LLM(model_path("tiny-qwen3"), page_size=4, max_running_reqs=6, max_seq_len=96, cuda_graph_max_bs=6)
+    assert llm.engine.graph_runner.sizes == [1, 2, 4, 6]
+    return llm
+
+
+@pytest.mark.stubs("GraphRunner.pad_batch")
+def test_pad_batch_appends_padding_requests_that_write_to_the_padding_page(small_llm):
+    e = small_llm.engine
+    batch = decode_batch(small_llm, prompt_ids("tiny-qwen3", 3))
+    before = [t.clone() for t in (batch.input_ids, batch.positions, batch.out_loc)]
+    runner = small_llm.engine.graph_runner
+    padded = runner.pad_batch(batch)
+    assert padded.size == 4 and padded.is_decode and padded.reqs[:3] == batch.reqs
+    dummy = padded.reqs[3]
+    assert dummy.table_idx == e.table.padding_row and dummy.extend_len == 1 and dummy.cached_len == 0
+    padding_slot = e.num_pages * e.config.page_size
+    assert padding_slot // e.config.page_size == e.cache.num_pages, "the padding page is not the cache manager's"
+    assert padded.input_ids.tolist() == batch.input_ids.tolist() + [0]
+    assert padded.positions.tolist() == batch.positions.tolist() + [0]
+    assert padded.out_loc.tolist() == batch.out_loc.tolist() + [padding_slot]
+    assert [t.dtype for t in (padded.input_ids, padded.positions, padded.out_loc)] == [t.dtype for t in before]
+    assert batch.size == 3 and all(torch.equal(a, b) for a, b in zip(before, (batch.input_ids, batch.positions,
+                                                                              batch.out_loc))), "batch unchanged"
+    assert runner.pad_batch(decode_batch_of_size(small_llm, batch, 2)).size == 2, "a captured size is not padded"
+
+
+def decode_batch_of_size(llm: LLM, batch, n: int):
+    """The first n requests of a prepared decode batch, prepared again."""
+    from minisgl.core import Batch
+
+    sub = Batch(batch.reqs[:n], "decode")
+    llm.engine._prepare_decode(sub)
+    return sub
+
+
+@pytest.mark.stubs("BaseAttnBackend.prepare_for_replay")
+def test_prepare_for_replay_copies_the_metadata_into_the_static_buffers(small_llm):
+    batch = decode_batch(small_llm, prompt_ids("tiny-qwen3", 4))
+    backend = small_llm.engine.attn_backend
+    static = backend.graph_metadata
+    views = static.first_rows(4)  # what the graph of size 4 was captured with
+    backend.prepare_for_replay(batch)
+    expected = make_metadata(batch, "cpu")
+    for name, t in expected.tensors().items():
+        assert getattr(views, name).tolist() == t.tolist(), name
+        assert getattr(views, name).data_ptr() == getattr(static, name).data_ptr(), "views of the static buffers"
+    assert views.max_seqlen_k == small_llm.engine.table.page_table.shape[1], "ints stay as captured: full rows"
+
+
+@pytest.mark.stubs("GraphRunner.replay", "GraphRunner.pad_batch", "BaseAttnBackend.prepare_for_replay")
+def test_replay_equals_the_eager_forward_pass_batch_after_batch(small_llm):
+    prompts = prompt_ids("tiny-qwen3", 4)
+    batch = decode_batch(small_llm, prompts + [p[1:] for p in prompts[:2]])  # 6 requests
+    runner = small_llm.engine.graph_runner
+    # Different sizes and members in turn: a static buffer left stale by the previous replay shows up.
+    for members in ([0, 1, 2], [5], [3, 4], [0, 1, 2, 3, 4, 5], [4, 2, 0]):
+        from minisgl.core import Batch
+
+        sub = Batch([batch.reqs[i] for i in members], "decode")
+        small_llm.engine._prepare_decode(sub)
+        with torch.inference_mode():
+            got = runner.replay(sub).clone()
+        want = eager_logits(small_llm, sub)
+        assert got.shape == want.shape == (len(members), small_llm.engine.model_config.vocab_size)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.stubs("GraphRunner.replay", "GraphRunner.pad_batch", "BaseAttnBackend.prepare_for_replay")
+def test_padding_writes_only_to_the_padding_page(small_llm):
+    batch = decode_batch(small_llm, prompt_ids("tiny-qwen3", 3))
+    runner = small_llm.engine.graph_runner
+    kv = small_llm.engine.kv_cache._kv_buffer
+    before = kv.clone()
+    with torch.inference_mode():
+        runner.replay(batch)
+    changed = (kv != before).flatten(3).any(-1).any(0).any(0).nonzero().flatten().tolist()  # slots written
+    ps, pages = small_llm.engine.config.page_size, small_llm.engine.num_pages
+    allowed = set(batch.out_loc.tolist()) | set(range(pages * ps, (pages + 1) * ps))
+    assert changed and set(changed) <= allowed
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_engine_with_graphs_matches_hf_greedy(name, overlap):
+    prompts = prompt_ids(name, 3)
+    prompts = prompts + [p[: len(p) // 2 + 1] for p in prompts]  # 6 requests, shared prefixes for the radix cache
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (9, 5, 12, 7, 3, 10)]
+    llm = LLM(model_path(name), page_size=4, max_running_reqs=6, max_seq_len=128, max_extend_tokens=16,
+              cuda_graph_max_bs=4, overlap=overlap)
+    runner = llm.engine.graph_runner
+    assert runner.sizes == [1, 2, 4]
+    replayed, real = [], runner.replay
+
+    def counting_replay(batch):
+        replayed.append(batch.size)
+        return real(batch)
+
+    runner.replay = counting_replay
+    outputs = llm.generate(prompts, params)
+    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
+    decode_sizes = [len(uids) for phase, uids in llm.scheduler.history if phase == "decode"]
+    assert sorted(replayed) == sorted(n for n in decode_sizes if n <= 4) and replayed, "every small decode replays"
+    assert any(n > 4 for n in decode_sizes), "batches over the largest size ran eagerly"
+    assert_clean(llm.engine)
+
+
+# ----------------------------------------------------------------------------- on the GPU (make test-gpu)
+
+def hf_greedy_cuda(name: str, ids: list[int], n: int, dtype: torch.dtype) -> list[int]:
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model_path(name), dtype=dtype).cuda().eval()
+    hf.generation_config.eos_token_id = None  # exactly n argmax steps (ignore_eos)
+    x = torch.tensor([ids], device="cuda")
+    with torch.inference_mode():
+        return hf.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n)[0, len(ids):].tolist()
+
+
+GPU_CASES = [("torch", "float32", 4), ("triton", "float32", 4), ("fa", "bfloat16", 256)]
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*ALL_STUBS)
+@pytest.mark.parametrize("graphs", [0, 8], ids=["eager", "graphs"])
+@pytest.mark.parametrize("backend,dtype,page", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_cuda_graphs_on_every_backend_match_hf_on_the_gpu(name, backend, dtype, page, graphs):
+    if backend == "fa":
+        pytest.importorskip("flash_attn")
+        if name == "tiny-llama":
+            pytest.skip("bf16 greedy of tiny-llama is too close to ties to compare (fixtures with a large margin only)")
+    prompts = prompt_ids(name, 3)
+    prompts = prompts + [p[: len(p) // 2 + 1] for p in prompts]
+    llm = LLM(model_path(name), device="cuda", dtype=dtype, attention_backend=backend, page_size=page,
+              max_running_reqs=6, max_seq_len=512, max_extend_tokens=16, cuda_graph_max_bs=graphs)
+    assert (llm.engine.graph_runner is not None) == bool(graphs)
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    torch_dtype = getattr(torch, dtype)
+    for prompt, out in zip(prompts, outputs):
+        want = hf_greedy(name, prompt, 12) if dtype == "float32" else hf_greedy_cuda(name, prompt, 12, torch_dtype)
+        assert out["token_ids"] == want
+    assert_clean(llm.engine)
