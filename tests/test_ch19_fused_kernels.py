@@ -124,6 +124,21 @@ def test_rms_norm_kernel_matches_float64(shape, dtype, tol):
     assert _rel_err(out, _norm64(x, weight)) < tol
 
 
+@pytest.mark.stubs("_rmsnorm_kernel")
+def test_rms_norm_kernel_reads_heads_sliced_out_of_qkv_in_place():
+    g = gen(5)
+    qkv = torch.randn(6, (4 + 2 + 2) * 32, generator=g).to(DEVICE)  # [tokens, q | k | v] as the projection makes it
+    q = qkv[:, : 4 * 32].view(6, 4, 32)  # rows 256 numbers apart, heads 32 apart: not reshapeable without a copy
+    k = qkv[:, 4 * 32 : 6 * 32].view(6, 2, 32)
+    weight = (1 + 0.5 * torch.randn(32, generator=g)).to(DEVICE)
+    before = qkv.clone()
+    for heads in (q, k):
+        out = triton_norm.rms_norm(heads, weight, EPS)
+        assert out.shape == heads.shape and out.is_contiguous()
+        assert _rel_err(out, _norm64(heads, weight)) < 1e-5
+    assert torch.equal(qkv, before), "the input is only read"
+
+
 @pytest.mark.stubs("_fused_add_rmsnorm_kernel")
 @pytest.mark.parametrize("dtype,tol", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)

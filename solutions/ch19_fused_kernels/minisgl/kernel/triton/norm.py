@@ -35,21 +35,24 @@ MAX_ROW = 65536  # the kernels hold a whole row in one block
 
 
 @triton.jit
-def _rmsnorm_kernel(X, W, Out, stride_x, stride_o, n_cols, eps, BLOCK: tl.constexpr):
-    # One program per row; BLOCK >= n_cols, so the whole row is in registers.
+def _rmsnorm_kernel(X, W, Out, heads, stride_outer, stride_inner, n_cols, eps, BLOCK: tl.constexpr):
+    # One program per row; BLOCK >= n_cols, so the whole row is in registers. Row r of X starts at
+    # (r // heads) * stride_outer + (r % heads) * stride_inner: a [tokens, heads, n] view (Qwen3's q and k heads,
+    # sliced out of the fused QKV output) is read in place. Out is contiguous.
     row = tl.program_id(0).to(tl.int64)
+    x_row = X + (row // heads) * stride_outer + (row % heads) * stride_inner
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    # TODO(ch19): load the row (masked, 0 beyond n_cols) as float32, variance = sum of squares / n_cols,
-    # y = x * rsqrt(variance + eps) rounded to X's dtype, then y * weight (the product of the two 16-bit values
-    # is exact in float32) rounded to Out's dtype, stored into the row of Out.
+    # TODO(ch19): load the row (x_row + cols, masked, 0 beyond n_cols) as float32, variance = sum of squares /
+    # n_cols, y = x * rsqrt(variance + eps) rounded to X's dtype, then y * weight (the product of two 16-bit
+    # values is exact in float32) rounded to Out's dtype, stored into row `row` of Out (n_cols apart).
     # >>> solution
-    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
     variance = tl.sum(x * x, axis=0) / n_cols
     y = (x * tl.rsqrt(variance + eps)).to(X.dtype.element_ty)
     w = tl.load(W + cols, mask=mask, other=0.0)
     out = y.to(tl.float32) * w.to(tl.float32)
-    tl.store(Out + row * stride_o + cols, out.to(Out.dtype.element_ty), mask=mask)
+    tl.store(Out + row * n_cols + cols, out.to(Out.dtype.element_ty), mask=mask)
     # <<< solution
 
 
@@ -78,10 +81,18 @@ def _fused_add_rmsnorm_kernel(X, R, W, Out, Sum, stride_x, stride_r, stride_o, s
 
 
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
-    """[..., n] as [rows, n] with unit stride along a row: a view when possible (q and k heads sliced out of
-    the fused QKV output are one), a copy otherwise."""
+    """[..., n] as [rows, n] with unit stride along a row: a view when possible, a copy otherwise."""
     x2 = x.reshape(-1, x.shape[-1])
     return x2 if x2.stride(1) == 1 else x2.contiguous()
+
+
+def _row_layout(x: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+    """(tensor, heads, stride_outer, stride_inner) for _rmsnorm_kernel: [tokens, heads, n] views with unit stride
+    along n are used as they are (reshaping q's heads out of the fused QKV output would copy them)."""
+    if x.dim() == 3 and x.stride(2) == 1:
+        return x, x.shape[1], x.stride(0), x.stride(1)
+    x2 = _as_rows(x)
+    return x2, 1, x2.stride(0), 0
 
 
 def _launch_shape(n_cols: int) -> tuple[int, int]:
@@ -93,13 +104,15 @@ def _launch_shape(n_cols: int) -> tuple[int, int]:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Same result and dtype as torch_ops.rms_norm: x [..., n], weight [n]."""
-    x2 = _as_rows(x)
-    out = torch.empty(x2.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
-    if x2.shape[0]:
-        block, warps = _launch_shape(x2.shape[1])
-        _rmsnorm_kernel[(x2.shape[0],)](x2, weight.contiguous(), out, x2.stride(0), out.stride(0), x2.shape[1], eps,
-                                        BLOCK=block, num_warps=warps)
-    return out.view(x.shape)
+    n_cols = x.shape[-1]
+    rows = x.numel() // n_cols if n_cols else 0
+    out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    if rows:
+        src, heads, stride_outer, stride_inner = _row_layout(x)
+        block, warps = _launch_shape(n_cols)
+        _rmsnorm_kernel[(rows,)](src, weight.contiguous(), out, heads, stride_outer, stride_inner, n_cols, eps,
+                                 BLOCK=block, num_warps=warps)
+    return out
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
