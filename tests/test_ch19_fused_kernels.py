@@ -1,0 +1,280 @@
+"""Chapter 19: fused kernels. The Triton KV store against indexed assignment, the Triton RMSNorm kernels against
+float64 and against the torch ops, the MINISGL_FUSED_KERNELS setting, and the engine on the fused kernels
+against HF greedy. On a CPU the kernels run in Triton's interpreter, on CUDA for real (`make test-gpu`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ON_CUDA = torch.cuda.is_available()
+if not ON_CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: kernels run in its numpy interpreter
+
+from helpers import assert_clean, hf_greedy, model_path, prompt_ids  # noqa: E402
+from minisgl import env  # noqa: E402
+from minisgl.core import SamplingParams  # noqa: E402
+from minisgl.kernel import torch_ops  # noqa: E402
+from minisgl.kernel.triton import norm as triton_norm  # noqa: E402
+from minisgl.kernel.triton import store as triton_store  # noqa: E402
+from minisgl.kernel.triton import use_triton  # noqa: E402
+from minisgl.kvcache.mha_pool import MHAKVCache  # noqa: E402
+from minisgl.layers.norm import RMSNorm, RMSNormFused  # noqa: E402
+from minisgl.llm import LLM  # noqa: E402
+
+DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
+pytestmark = pytest.mark.anydevice  # the whole suite runs on CUDA under `make test-gpu`
+NORM_STUBS = ("_rmsnorm_kernel", "_fused_add_rmsnorm_kernel")
+ALL_STUBS = ("_store_kv_kernel", *NORM_STUBS, "use_triton")
+EPS = 1e-6
+
+# Triton's interpreter converts float32 to bfloat16 by truncating the mantissa (a GPU rounds to nearest even),
+# so bfloat16 results are only checked on CUDA. float16 goes through numpy, which rounds like a GPU.
+LOW = [torch.float16] + ([torch.bfloat16] if ON_CUDA else [])
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """Set MINISGL_FUSED_KERNELS for this test: ENV is a frozen dataclass read once at import, and use_triton
+    reads it through the module at every call, so a replaced ENV is what it sees."""
+    def set_mode(mode: str) -> None:
+        monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, FUSED_KERNELS=mode))
+    return set_mode
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------- the KV store
+def _store_case(n, heads, dim, src_dtype, cache_dtype, seed):
+    g = gen(seed)
+    slots = n + 11
+    k_cache = torch.randn(slots, heads, dim, generator=g).to(DEVICE, cache_dtype)  # other slots must survive
+    v_cache = torch.randn(slots, heads, dim, generator=g).to(DEVICE, cache_dtype)
+    k = torch.randn(n, heads * dim, generator=g).to(DEVICE, src_dtype)
+    # v as the model hands it over: a slice of the fused QKV output, so its rows are not contiguous
+    qkv = torch.randn(n, 3 * heads * dim, generator=g).to(DEVICE, src_dtype)
+    v = qkv[:, 2 * heads * dim:].view(n, heads, dim)
+    out_loc = torch.randperm(slots, generator=g)[:n].to(DEVICE)
+    return k, v, k_cache, v_cache, out_loc
+
+
+@pytest.mark.stubs("_store_kv_kernel")
+@pytest.mark.parametrize("src_dtype,cache_dtype", [(torch.float32, torch.float32), (torch.float32, torch.float16),
+                                                   (torch.float16, torch.float32)]
+                         + ([(torch.float32, torch.bfloat16)] if ON_CUDA else []))
+@pytest.mark.parametrize("n,heads,dim,max_block", [(9, 2, 32, 1024), (5, 3, 32, 32), (1, 8, 16, 1024)])
+def test_store_kv_kernel_equals_indexed_assignment(n, heads, dim, max_block, src_dtype, cache_dtype):
+    k, v, k_cache, v_cache, out_loc = _store_case(n, heads, dim, src_dtype, cache_dtype, seed=n)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_k[out_loc] = k.view(n, heads, dim).to(cache_dtype)
+    want_v[out_loc] = v.to(cache_dtype)
+    # max_block 32 on rows of 96: three blocks per token, the program grid's second axis
+    triton_store.store_kv(k, v, k_cache, v_cache, out_loc.to(torch.int32), max_block=max_block)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+
+
+@pytest.mark.stubs("_store_kv_kernel")
+def test_store_kv_checks_shapes_and_accepts_no_tokens():
+    k, v, k_cache, v_cache, out_loc = _store_case(4, 2, 16, torch.float32, torch.float32, seed=7)
+    before = k_cache.clone()
+    triton_store.store_kv(k[:0], v[:0], k_cache, v_cache, out_loc[:0])
+    assert torch.equal(k_cache, before), "no tokens: nothing is written"
+    with pytest.raises(ValueError, match="rows"):
+        triton_store.store_kv(k[:, :16], v, k_cache, v_cache, out_loc)
+    triton_store.store_kv(k, v, k_cache, v_cache, out_loc)  # int64 slots work as well as int32
+    assert torch.equal(k_cache[out_loc], k.view(4, 2, 16))
+
+
+# ----------------------------------------------------------------------------- the norms
+def _rel_err(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def _norm64(x, weight):
+    x = x.double()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * weight.double()
+
+
+def _norm_inputs(shape, dtype, seed):
+    g = gen(seed)
+    x = (torch.randn(shape, generator=g) * 3).to(DEVICE, dtype)
+    residual = torch.randn(shape, generator=g).to(DEVICE, dtype)
+    weight = (1 + 0.5 * torch.randn(shape[-1], generator=g)).to(DEVICE, dtype)
+    return x, residual, weight
+
+
+SHAPES = [(7, 128), (3, 576), (2, 5, 32)]  # 576: SmolLM2's hidden size, not a power of two (a masked block)
+DTYPES = [(torch.float32, 1e-5)] + [(d, 1e-2) for d in LOW]
+
+
+@pytest.mark.stubs("_rmsnorm_kernel")
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm_kernel_matches_float64(shape, dtype, tol):
+    x, _, weight = _norm_inputs(shape, dtype, seed=1)
+    out = triton_norm.rms_norm(x, weight, EPS)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert _rel_err(out, _norm64(x, weight)) < tol
+
+
+@pytest.mark.stubs("_rmsnorm_kernel")
+def test_rms_norm_kernel_reads_heads_sliced_out_of_qkv_in_place():
+    g = gen(5)
+    qkv = torch.randn(6, (4 + 2 + 2) * 32, generator=g).to(DEVICE)  # [tokens, q | k | v] as the projection makes it
+    q = qkv[:, : 4 * 32].view(6, 4, 32)  # rows 256 numbers apart, heads 32 apart: not reshapeable without a copy
+    k = qkv[:, 4 * 32 : 6 * 32].view(6, 2, 32)
+    weight = (1 + 0.5 * torch.randn(32, generator=g)).to(DEVICE)
+    before = qkv.clone()
+    for heads in (q, k):
+        out = triton_norm.rms_norm(heads, weight, EPS)
+        assert out.shape == heads.shape and out.is_contiguous()
+        assert _rel_err(out, _norm64(heads, weight)) < 1e-5
+    assert torch.equal(qkv, before), "the input is only read"
+
+
+@pytest.mark.stubs("_fused_add_rmsnorm_kernel")
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fused_add_rms_norm_kernel_matches_float64(shape, dtype, tol):
+    x, residual, weight = _norm_inputs(shape, dtype, seed=2)
+    normed, summed = triton_norm.fused_add_rms_norm(x, residual, weight, EPS)
+    assert normed.dtype == summed.dtype == dtype and normed.shape == summed.shape == x.shape
+    # One rounding of an exact float32 sum to the model dtype is what torch's x + residual does too.
+    assert torch.equal(summed, x + residual)
+    assert _rel_err(normed, _norm64(summed, weight)) < tol
+
+
+def _steps_apart(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many representable 16-bit values apart a and b are at most (their signs agree here)."""
+    return (a.view(torch.int16).int() - b.view(torch.int16).int()).abs().max().item()
+
+
+@pytest.mark.stubs(*NORM_STUBS)
+@pytest.mark.parametrize("dtype", [torch.float32] + LOW)
+def test_kernels_agree_with_the_torch_ops(dtype):
+    x, residual, weight = _norm_inputs((64, 1024), dtype, seed=3)
+    normed, summed = triton_norm.fused_add_rms_norm(x, residual, weight, EPS)
+    want_normed, want_summed = torch_ops.fused_add_rms_norm(x, residual, weight, EPS)
+    plain, want_plain = triton_norm.rms_norm(x, weight, EPS), torch_ops.rms_norm(x, weight, EPS)
+    assert torch.equal(summed, want_summed)
+    if dtype == torch.float32:
+        torch.testing.assert_close(normed, want_normed, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(plain, want_plain, rtol=1e-5, atol=1e-6)
+        return
+    # The same steps in the same order; only the float32 sum of squares is added up in another order, so the
+    # variance differs by float32 ulps. That moves an output to the neighbouring 16-bit value only when it sits
+    # that close to a rounding boundary: rarely, and by at most one step before and one after the weight.
+    for got, want in [(normed, want_normed), (plain, want_plain)]:
+        assert (got != want).float().mean().item() < 0.01
+        assert _steps_apart(got, want) <= 2
+
+
+# ----------------------------------------------------------------------------- the setting
+@pytest.mark.stubs("use_triton")
+def test_use_triton_follows_the_setting(fused):
+    cpu = torch.zeros(2)
+    fused("off")
+    assert not use_triton(cpu)
+    fused("auto")
+    assert not use_triton(cpu), "auto never picks the interpreter"
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        fused("on")
+        with pytest.raises(ValueError, match="MINISGL_FUSED_KERNELS"):
+            use_triton(cpu)
+        os.environ["TRITON_INTERPRET"] = "1"
+        assert use_triton(cpu), "on + the interpreter: the kernels run on the CPU"
+    finally:
+        os.environ.pop("TRITON_INTERPRET", None)
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    if ON_CUDA:
+        gpu = cpu.to(DEVICE)
+        for mode, want in [("auto", True), ("on", True), ("off", False)]:
+            fused(mode)
+            assert use_triton(gpu) == want, mode
+
+
+def _read_setting(value: str | None) -> subprocess.CompletedProcess:
+    child = dict(os.environ)
+    child.pop("MINISGL_FUSED_KERNELS", None)
+    if value is not None:
+        child["MINISGL_FUSED_KERNELS"] = value
+    return subprocess.run([sys.executable, "-c", "from minisgl.env import ENV; print(ENV.FUSED_KERNELS)"],
+                          env=child, capture_output=True, text=True)
+
+
+def test_the_setting_is_read_from_the_environment_and_checked():
+    for value, want in [(None, "auto"), ("on", "on"), ("OFF", "off"), (" auto ", "auto")]:
+        proc = _read_setting(value)
+        assert proc.returncode == 0 and proc.stdout.strip() == want, proc.stderr[-500:]
+    proc = _read_setting("fast")
+    assert proc.returncode != 0
+    assert "ValueError" in proc.stderr and "MINISGL_FUSED_KERNELS" in proc.stderr, proc.stderr[-500:]
+
+
+# ----------------------------------------------------------------------------- the layers and the engine
+@pytest.fixture
+def calls(monkeypatch):
+    """Count the calls of the Triton wrappers (the layers look them up at call time)."""
+    counts = {"rms_norm": 0, "fused_add_rms_norm": 0, "store_kv": 0}
+
+    def spy(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, wrapper)
+
+    spy(triton_norm, "rms_norm")
+    spy(triton_norm, "fused_add_rms_norm")
+    spy(triton_store, "store_kv")
+    return counts
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_layers_pick_the_kernels_by_the_setting(mode, fused, calls):
+    fused(mode)
+    x, residual, weight = _norm_inputs((6, 64), torch.float32, seed=4)
+    norm = RMSNormFused(64, EPS)
+    norm.weight = weight
+    normed, summed = norm(x, residual)
+    first, same = norm(x)
+    heads = RMSNorm(64, EPS)  # the q/k norm of Qwen3: [tokens, heads, head_dim]
+    heads.weight = weight
+    per_head = heads(x.view(2, 3, 64))
+    cache = MHAKVCache(num_kv_heads=2, head_dim=32, num_layers=2, num_pages=5, page_size=2, device=DEVICE)
+    cache.store_kv(x, residual.view(6, 2, 32), torch.tensor([9, 0, 4, 5, 1, 2], device=DEVICE), layer_id=1)
+    on = mode == "on"
+    assert calls == {"rms_norm": 2 * on, "fused_add_rms_norm": int(on), "store_kv": int(on)}
+    want_normed, want_summed = torch_ops.fused_add_rms_norm(x, residual, weight, EPS)
+    torch.testing.assert_close(normed, want_normed, rtol=1e-5, atol=1e-6)
+    assert torch.equal(summed, want_summed) and same is x
+    torch.testing.assert_close(first, torch_ops.rms_norm(x, weight, EPS), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(per_head, torch_ops.rms_norm(x.view(2, 3, 64), weight, EPS), rtol=1e-5, atol=1e-6)
+    assert torch.equal(cache.k_cache(1)[[9, 0, 4, 5, 1, 2]], x.view(6, 2, 32))
+    assert torch.equal(cache.v_cache(1)[[9, 0, 4, 5, 1, 2]], residual.view(6, 2, 32))
+    assert cache.k_cache(0).abs().sum() == 0, "the other layer is untouched"
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_engine_on_the_fused_kernels_matches_hf(name, fused, calls):
+    fused("on")
+    prompts = prompt_ids(name, 3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (6, 9, 4)]
+    llm = LLM(model_path(name), device=DEVICE.type, dtype="float32", page_size=4, max_running_reqs=2,
+              max_seq_len=128, max_extend_tokens=8)
+    outputs = llm.generate(prompts, params)
+    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
+    assert min(calls.values()) > 0, f"every fused kernel ran: {calls}"
+    assert_clean(llm.engine)
