@@ -36,13 +36,19 @@ def latest(records: list[dict]) -> dict[str, dict]:
     return out
 
 
+def _backend(cls: str) -> str:
+    """FlashAttnBackend -> flash-attn, TritonAttnBackend -> triton, TorchAttnBackend -> torch."""
+    name = cls.removesuffix("AttnBackend").lower()
+    return "flash-attn" if name == "flash" else name
+
+
 def _describe(r: dict) -> str:
     c = r.get("config") or {}
     if r["system"].startswith("ours"):
         graphs = c.get("cuda_graph_max_bs")
         graphs = ("no graphs (not in this tree)" if isinstance(graphs, str) else
                   "no graphs" if not graphs else f"graphs up to batch {graphs}")
-        text = (f"{c.get('attention_backend', '?').removesuffix('AttnBackend')}, pages of {c.get('page_size')}, "
+        text = (f"{_backend(c.get('attention_backend', '?'))}, pages of {c.get('page_size')}, "
                 f"overlap {'on' if c.get('overlap') else 'off'}, {graphs}")
     elif r["system"] == "hf-static":
         text = f"`generate`, one batch of {c.get('batch')} left-padded, {c.get('steps')} steps, {c.get('attn')}"
@@ -117,7 +123,7 @@ def targets(records: list[dict]) -> str:
         s = micro["decode_step"]
         rows.append(f"| decode step at batch {s['batch']} <= {TARGET_STEP_RATIO:g}x its memory floor | "
                     f"{s['ms_per_step']:.2f} ms vs {s['floor_ms']:.2f} ms ({s['ratio']:.2f}x; mean context "
-                    f"{s['mean_context']:.0f}, {s['attention_backend'].removesuffix('AttnBackend')}) | "
+                    f"{s['mean_context']:.0f}, {_backend(s['attention_backend'])}) | "
                     f"{'yes' if s['ratio'] <= TARGET_STEP_RATIO else 'no'} |")
         k = micro["decode_kernel"]
         if "gbs" in k:
