@@ -131,6 +131,8 @@ def targets(records: list[dict]) -> str:
                         f"{_num(k['gbs'])} of {_num(micro['copy']['gbs'])} GB/s ({k['pct_of_copy']:.0f}%; batch "
                         f"{k['batch']}, mean context {k['mean_context']:.0f}) | "
                         f"{'yes' if k['pct_of_copy'] >= TARGET_KERNEL_PCT else 'no'} |")
+    if len(rows) == 2:
+        return "No target can be judged from these results (they need ours, hf-static and micro)."
     return "\n".join(rows)
 
 
