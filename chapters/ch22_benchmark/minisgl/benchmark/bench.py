@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-seconds", type=float, default=None, help="abort any system after this long (partial)")
     ap.add_argument("--torch-seconds", type=float, default=420, help="time cap of ours-torch (default 420)")
     ap.add_argument("--hf-cb-seconds", type=float, default=300, help="time cap of hf-cb (default 300)")
+    ap.add_argument("--no-hf-cb-warmup", action="store_true", help="skip hf-cb's CUDA-graph warm-up (untimed)")
     ap.add_argument("--max-extend-tokens", type=int, default=16384, help="prefill token budget of one batch")
     ap.add_argument("--page-size", type=int, default=None, help="override the page size of our configurations")
     ap.add_argument("--cuda-graph-max-bs", type=int, default=256, help="largest batch captured in a CUDA graph")
@@ -221,7 +222,7 @@ def run_system(name: str, bench: Bench) -> dict:
         else:
             cap = args.max_seconds or (None if args.quick else args.hf_cb_seconds)
             run = run_hf_cb(bench.model, bench.workload, bench.device, bench.dtype, cap,
-                            warmup=bench.device.type == "cuda")
+                            warmup=bench.device.type == "cuda" and not args.no_hf_cb_warmup)
     except Skipped as e:
         record.update(status="skipped", reason=str(e))
         return record
@@ -268,8 +269,9 @@ def line(r: dict) -> str:
     if r["status"] == "skipped":
         return f"{r['system']:<16} skipped: {r['reason']}"
     ms = (r["mean_tpot_s"] or 0) * 1000
+    floor = f"{r['floor_ratio']:6.1f}x the floor" if r["floor_ratio"] else "no token, no floor ratio"
     return (f"{r['system']:<16} {r['status']:<8} {r['output_tok_s']:>10.1f} tok/s  TTFT {r['mean_ttft_s'] or 0:7.3f} s  "
-            f"TPOT {ms:7.2f} ms  wall {r['wall_s']:7.2f} s  {r['floor_ratio']:6.1f}x the floor")
+            f"TPOT {ms:7.2f} ms  wall {r['wall_s']:7.2f} s  {floor}")
 
 
 def main(argv: list[str] | None = None) -> int:

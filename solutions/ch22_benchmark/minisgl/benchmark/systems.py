@@ -244,6 +244,7 @@ def run_hf_cb(model_path, workload: Workload, device: torch.device, dtype: torch
     except ImportError:
         pass
     manager = model.init_continuous_batching(generation_config=config, workload_hints=hints)
+    attn = model.config._attn_implementation  # what it switched to for paged attention ("paged|sdpa", ...)
     if warmup:
         manager.warmup()  # captures its CUDA graphs: not part of the timed run
     manager.start()
@@ -277,7 +278,7 @@ def run_hf_cb(model_path, workload: Workload, device: torch.device, dtype: torch
         done = name in results and len(result.generated_tokens) >= n
         outputs.append(list(result.generated_tokens[:n]) if done else None)
     run_config = {"api": "init_continuous_batching + add_request", "warmup": warmup,
-                  "attn": model.config._attn_implementation, "dtype": str(dtype).removeprefix("torch."),
+                  "attn": attn, "dtype": str(dtype).removeprefix("torch."),
                   "max_seconds": max_seconds}
     del manager, model
     return RunOutput(traces, wall, outputs, config=run_config, capped=capped)
