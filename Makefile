@@ -13,7 +13,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-gpu test-fast clean need-ch
+.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -84,6 +84,28 @@ test: deps models  ## the maintainers' full check (what CI runs)
 test-gpu:  ## the GPU tests (markers gpu, anydevice) on the final reference tree; needs CUDA (installs nothing)
 	MINISGL_GPU_TESTS=1 PYTHONPATH="$$($(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol):.:$$PYTHONPATH" \
 		$(PY) -m pytest tests -m "gpu or anydevice" --ignore=tests/course --ignore=tests/test_ch00_tiny_engine.py -p no:cacheprovider -v
+
+# Chapter 22's benchmark (GPU): every system runs in a process of its own, appending to BENCH_OUT.
+BENCH_DIR   ?= build/bench
+BENCH_OUT   ?= $(BENCH_DIR)/results.json
+# The random model stays under build/bench even when BENCH_DIR sends the results elsewhere (it is 1.2 GB).
+BENCH_MODEL ?= build/bench/qwen3-0.6b-random
+SYSTEMS     ?= micro ours ours-no-graphs ours-no-overlap ours-triton ours-torch hf-static hf-cb
+BENCH_ARGS  ?=
+FINAL_TREE   = $(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol
+
+bench:  ## (GPU) chapter 22's benchmark, then its table and plot (SYSTEMS="ours hf-static" picks; BENCH_ARGS more options)
+	@tree="$$($(FINAL_TREE))"; status=0; \
+	for s in $(SYSTEMS); do \
+		echo "== $$s"; \
+		PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.bench --systems $$s --model $(BENCH_MODEL) \
+			--out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
+	done; \
+	$(MAKE) --no-print-directory bench-report; exit $$status
+
+bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several files merge: BENCH_OUT="a.json b.json")
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.report $(BENCH_OUT) \
+		--png $(BENCH_DIR)/bench.png --md $(BENCH_DIR)/table.md
 
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor

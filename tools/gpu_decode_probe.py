@@ -3,7 +3,8 @@ and off, on a Qwen3-0.6B-shaped model with random bf16 weights (generated on the
 
     python -m tools.gpu_decode_probe [--batches 1 16 64] [--prompt 128] [--tokens 64]
 
-A maintainers' tool for the book's GPU numbers (chapters 11 and 17); chapter 22 builds the real benchmark.
+A maintainers' tool for the book's GPU numbers (chapters 11 and 17), run on the final reference tree;
+chapter 22's `make bench` is the full benchmark, and makes the same model.
 """
 
 from __future__ import annotations
@@ -15,22 +16,13 @@ from pathlib import Path
 
 import torch
 
+from minisgl.benchmark.random_model import make_model as make_random_model
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 
 
 def make_model(path: Path) -> Path:
-    if (path / "config.json").exists():
-        return path
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                         num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
-                         tie_word_embeddings=True, rope_theta=1e6, torch_dtype="bfloat16")
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(path)
+    make_random_model(path)  # chapter 22's maker (minisgl.benchmark): made once, then reused
     return path
 
 

@@ -1,0 +1,321 @@
+"""Chapter 22: benchmarking. The workload against the numbers nano-vllm published, the metrics and the roofline
+byte counts against independent brute-force computations (Hugging Face's own parameters and KV cache), the
+quick CPU benchmark end to end (JSON, table, PNG), and our engine's outputs under the benchmark driver."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+
+import pytest
+import torch
+
+ON_CUDA = torch.cuda.is_available()
+if not ON_CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the micro-benchmark's kernel runs on a CPU
+
+from helpers import hf_greedy, hf_model, model_path  # noqa: E402
+from minisgl.benchmark import bench, report  # noqa: E402
+from minisgl.benchmark.metrics import RequestTrace, TokenClock, request_latencies, summarize  # noqa: E402
+from minisgl.benchmark.random_model import QWEN3_0_6B  # noqa: E402
+from minisgl.benchmark.roofline import (config_param_count, decode_step_bytes, ideal_schedule,  # noqa: E402
+                                        kv_bytes_per_token, model_weight_bytes, schedule_floor, tensor_bytes,
+                                        workload_floor)
+from minisgl.benchmark.systems import run_ours  # noqa: E402
+from minisgl.benchmark.workload import describe, nano_vllm_workload, quick_workload  # noqa: E402
+from minisgl.models.config import ModelConfig  # noqa: E402
+
+ALL_STUBS = ("nano_vllm_workload", "request_latencies", "summarize", "decode_step_bytes", "ideal_schedule")
+
+
+# ----------------------------------------------------------------------------------------------- workload
+@pytest.mark.stubs("nano_vllm_workload")
+def test_workload_is_nano_vllms():
+    saved = random.getstate()
+    try:  # nano-vllm's bench.py, as it is written: the global generator, prompts first, then output lengths
+        random.seed(0)
+        prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))] for _ in range(256)]
+        outputs = [random.randint(100, 1024) for _ in range(256)]
+    finally:
+        random.setstate(saved)
+    state = random.getstate()
+    workload = nano_vllm_workload()
+    assert random.getstate() == state, "the workload must not touch the global random state"
+    assert workload == list(zip(prompts, outputs))
+    # nano-vllm's README reports these two totals for its benchmark: the independent check of the call order.
+    assert sum(n for _, n in workload) == 133_966
+    assert sum(len(p) for p, _ in workload) == 142_827
+    assert all(100 <= len(p) <= 1024 and 100 <= n <= 1024 for p, n in workload)
+    assert all(0 <= t <= 10000 for p, _ in workload for t in p)
+    assert nano_vllm_workload() == workload, "deterministic"
+
+
+@pytest.mark.stubs("nano_vllm_workload")
+def test_workload_scales_down_and_rejects_bad_arguments():
+    small = nano_vllm_workload(num_seqs=5, min_len=2, max_input_len=6, max_output_len=3, max_token_id=9, seed=4)
+    assert len(small) == 5
+    assert all(2 <= len(p) <= 6 and 2 <= n <= 3 and all(0 <= t <= 9 for t in p) for p, n in small)
+    assert nano_vllm_workload(num_seqs=5, min_len=2, max_input_len=6, max_output_len=3, max_token_id=9, seed=5) != small
+    quick = quick_workload(max_token_id=999)
+    assert describe(quick)["requests"] == 8 and describe(quick)["max_seq_len"] <= 48
+    for kwargs in ({"num_seqs": 0}, {"min_len": 0}, {"min_len": 50, "max_input_len": 10}, {"max_token_id": -1},
+                   {"min_len": 20, "max_output_len": 10}):
+        with pytest.raises(ValueError):
+            nano_vllm_workload(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def _brute(trace: RequestTrace) -> tuple[float | None, float | None]:
+    """TTFT from the smallest time; TPOT as the mean of the gaps between consecutive tokens."""
+    t = trace.token_times
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    return (min(t) - trace.submit if t else None), (sum(gaps) / len(gaps) if gaps else None)
+
+
+def _close(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, abs_tol=1e-12,
+                                                                                         rel_tol=1e-9))
+
+
+@pytest.mark.stubs("request_latencies")
+def test_request_latencies_against_a_brute_force_on_random_traces():
+    rng = random.Random(22)
+    for _ in range(300):
+        submit = rng.uniform(0, 5)
+        times = sorted(submit + rng.uniform(0, 3) for _ in range(rng.randint(0, 6)))
+        trace = RequestTrace(submit, times)
+        got, want = request_latencies(trace), _brute(trace)
+        assert _close(got[0], want[0]) and _close(got[1], want[1]), (trace, got, want)
+    assert request_latencies(RequestTrace(1.0, [])) == (None, None)
+    assert request_latencies(RequestTrace(1.0, [1.5])) == (0.5, None), "one token: a TTFT and no TPOT"
+    for bad in (RequestTrace(0.0, [2.0, 1.0]), RequestTrace(3.0, [2.0, 4.0])):
+        with pytest.raises(ValueError):
+            request_latencies(bad)
+
+
+@pytest.mark.stubs("summarize", "request_latencies")
+def test_summarize_against_a_brute_force():
+    rng = random.Random(7)
+    for _ in range(100):
+        traces = [RequestTrace(0.0, sorted(rng.uniform(0, 9) for _ in range(rng.randint(0, 5))))
+                  for _ in range(rng.randint(1, 6))]
+        wall = rng.uniform(9, 12)
+        got = summarize(traces, wall)
+        lat = [_brute(t) for t in traces]
+        ttft = [a for a, _ in lat if a is not None]
+        tpot = [b for _, b in lat if b is not None]
+        tokens = sum(len(t.token_times) for t in traces)
+        assert got["output_tokens"] == tokens and got["requests"] == len(traces)
+        assert got["requests_with_tokens"] == len(ttft)
+        assert _close(got["output_tok_s"], tokens / wall)
+        assert _close(got["mean_ttft_s"], sum(ttft) / len(ttft) if ttft else None)
+        assert _close(got["mean_tpot_s"], sum(tpot) / len(tpot) if tpot else None)
+    with pytest.raises(ValueError):
+        summarize([], 0.0)
+
+
+def test_token_clock_times_only_its_own_requests():
+    ticks = iter(range(100))
+    clock = TokenClock([7, 9], submit=-1.0, clock=lambda: float(next(ticks)))
+
+    class Req:
+        def __init__(self, uid):
+            self.uid = uid
+
+    for uid in (7, 9, 3, 7):  # uid 3 is someone else's (a warm-up request): not timed, no clock read
+        clock.on_token(Req(uid), 0)
+    assert [t.token_times for t in clock.ordered([7, 9])] == [[0.0, 2.0], [1.0]]
+    assert clock.count == 3
+
+
+# ----------------------------------------------------------------------------------------------- roofline
+def _hf_weight_bytes(model) -> int:
+    """Distinct tensors of Hugging Face's state dict (its tied lm_head is the embedding tensor)."""
+    seen = {t.data_ptr(): t.numel() * t.element_size() for t in model.state_dict().values()}
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_weight_bytes_equal_hugging_faces_parameters(name):
+    from minisgl.models import load_model
+
+    hf = hf_model(name)
+    want = _hf_weight_bytes(hf)
+    mc = ModelConfig.from_path(model_path(name))
+    assert config_param_count(mc) * 4 == want, "float32: 4 bytes per parameter"
+    ours, _ = load_model(model_path(name), torch.float32, torch.device("cpu"))
+    assert model_weight_bytes(ours) == want
+    assert tensor_bytes([hf.lm_head.weight, hf.model.embed_tokens.weight]) == (
+        hf.lm_head.weight.numel() * 4 * (1 if mc.tie_word_embeddings else 2)), "a tied weight counts once"
+
+
+def test_qwen3_0_6b_shape_has_596m_parameters():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.device("meta"):  # shapes only, no memory
+        model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B))
+    want = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
+    cfg = model.config.to_dict()
+    cfg["architectures"] = ["Qwen3ForCausalLM"]
+    assert config_param_count(ModelConfig.from_dict(cfg)) == want
+    assert round(want * 2 / 1e9, 2) == 1.19, "the design's 1.19 GB in bf16"
+
+
+@pytest.mark.stubs("decode_step_bytes")
+def test_decode_step_bytes_equal_weights_plus_hugging_faces_kv_cache(tiny_qwen3):
+    hf = hf_model("tiny-qwen3")
+    contexts = [3, 11, 6]
+    cache_bytes = 0
+    with torch.inference_mode():
+        for n in contexts:  # what Hugging Face keeps for a context of n tokens: the bytes a decode step reads
+            cache = hf(torch.arange(1, n + 1)[None], use_cache=True).past_key_values
+            cache_bytes += sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    mc = ModelConfig.from_path(tiny_qwen3)
+    kv = kv_bytes_per_token(mc, 4)
+    assert kv * sum(contexts) == cache_bytes
+    weights = _hf_weight_bytes(hf)
+    assert decode_step_bytes(weights, kv, contexts) == weights + cache_bytes
+    assert decode_step_bytes(weights, kv, []) == weights, "no context: the weights alone"
+    with pytest.raises(ValueError):
+        decode_step_bytes(weights, kv, [4, -1])
+
+
+def _simulated_schedule(workload):
+    """Brute force: run the ideal schedule step by step, one token at a time per unfinished request."""
+    made = [1] * len(workload)  # the prefill makes every first token
+    steps = [([len(p) for p, _ in workload], sum(len(p) for p, _ in workload))]
+    while any(m < n for m, (_, n) in zip(made, workload)):
+        ctx = []
+        for i, (p, n) in enumerate(workload):
+            if made[i] < n:
+                ctx.append(len(p) + made[i])  # the prompt and the tokens made so far (the newest is the input)
+                made[i] += 1
+        steps.append((ctx, len(ctx)))
+    return steps
+
+
+@pytest.mark.stubs("ideal_schedule", "decode_step_bytes")
+def test_ideal_schedule_and_its_floor_against_a_simulation():
+    rng = random.Random(3)
+    for _ in range(50):
+        workload = [([1] * rng.randint(1, 9), rng.randint(1, 7)) for _ in range(rng.randint(1, 6))]
+        steps = ideal_schedule(workload)
+        assert steps == _simulated_schedule(workload)
+        w, kv, params, bw, peak = 1000, 10, 300, 1e6, 1e8
+        floor = schedule_floor(steps, w, kv, params, bw, peak)
+        want = sum(max((w + kv * sum(c)) / bw, 2 * params * t / peak) for c, t in steps)
+        assert math.isclose(floor["floor_s"], want)
+        assert floor["floor_s"] >= max(floor["memory_s"], floor["compute_s"]) - 1e-15
+        full = workload_floor(workload, w, kv, params, bw, peak)
+        assert math.isclose(full["floor_tok_s"], sum(n for _, n in workload) / want)
+    for bad in ([], [([], 3)], [([1, 2], 0)]):
+        with pytest.raises(ValueError):
+            ideal_schedule(bad)
+
+
+# ----------------------------------------------------------------------------------------------- end to end
+@pytest.mark.stubs(*ALL_STUBS)
+def test_quick_bench_end_to_end_writes_json_table_and_png(tiny_qwen3, tmp_path):
+    out = tmp_path / "results.json"
+    code = bench.main(["--device", "cpu", "--quick", "--model", str(tiny_qwen3), "--out", str(out),
+                       "--systems", "micro", "ours", "ours-no-overlap", "ours-no-graphs", "hf-static"])
+    assert code == 0
+    records = {r["system"]: r for r in json.loads(out.read_text())}
+    assert set(records) == {"micro", "ours", "ours-no-overlap", "ours-no-graphs", "hf-static"}
+    for r in records.values():
+        assert {"date", "gpu", "versions", "device", "workload", "status"} <= set(r)
+        assert {"torch", "transformers", "triton"} <= set(r["versions"])
+    assert records["ours-no-graphs"]["status"] == "skipped", "no CUDA graphs to turn off on a CPU"
+    total = describe(quick_workload(1023))["output_tokens"]
+    for name in ("ours", "ours-no-overlap", "hf-static"):
+        r = records[name]
+        assert r["status"] == "ok" and r["requests_completed"] == 8 and r["output_tokens"] == total
+        assert r["output_tok_s"] > 0 and r["mean_ttft_s"] > 0 and r["mean_tpot_s"] > 0 and r["floor_ratio"] > 0
+        assert math.isclose(r["output_tok_s"], total / r["wall_s"])
+        assert r["floor"]["floor_s"] > 0 and r["floor"]["weight_bytes"] == config_param_count(
+            ModelConfig.from_path(tiny_qwen3)) * 4
+    assert records["ours"]["output_digest"] == records["ours-no-overlap"]["output_digest"], "same tokens"
+    assert records["ours"]["schedule"]["decode_steps"] >= max(n for _, n in quick_workload(1023)) - 1
+    micro = records["micro"]
+    assert micro["copy"]["gbs"] > 0 and micro["decode_kernel"]["gbs"] > 0
+    assert micro["decode_step"]["ms_per_step"] > 0 and micro["decode_step"]["floor_ms"] > 0
+    png, md = tmp_path / "bench.png", tmp_path / "table.md"
+    assert report.main([str(out), "--png", str(png), "--md", str(md)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = md.read_text()
+    assert "| ours |" in table and "| hf-static |" in table and "x HF static" in table
+    assert "20x HF static" in table and "skipped" in table
+
+
+@pytest.mark.stubs("nano_vllm_workload")
+def test_ours_and_ours_without_overlap_generate_the_same_tokens_as_hf(tiny_qwen3):
+    workload = quick_workload(max_token_id=1023)
+    runs = [run_ours(tiny_qwen3, workload, name, device="cpu") for name in ("ours", "ours-no-overlap")]
+    assert runs[0].config["overlap"] and not runs[1].config["overlap"]
+    assert runs[0].outputs == runs[1].outputs, "greedy: overlap scheduling must not change a token"
+    assert [len(o) for o in runs[0].outputs] == [n for _, n in workload]
+    for (ids, n), out in list(zip(workload, runs[0].outputs))[:3]:
+        assert out == hf_greedy("tiny-qwen3", ids, n)
+    assert [t.tokens for t in runs[1].traces] == [n for _, n in workload]
+
+
+def test_a_time_cap_aborts_cleanly_and_keeps_the_tokens_made(tiny_qwen3):
+    workload = [([5, 6, 7, 8], 12), ([9, 10], 20), ([11, 12, 13], 3)]
+    run = run_ours(tiny_qwen3, workload, "ours-no-overlap", max_seconds=0.0, device="cpu")  # integrity checked
+    assert run.capped and run.completed == 0 and run.outputs == [None, None, None]
+    assert [t.tokens for t in run.traces] == [1, 1, 1], "the first batch (prefill) ran, then everything was aborted"
+
+
+@pytest.mark.stubs("nano_vllm_workload")
+def test_bench_rejects_bad_arguments(tiny_qwen3, tmp_path):
+    out = str(tmp_path / "r.json")
+    with pytest.raises(ValueError, match="unknown system"):
+        bench.main(["--device", "cpu", "--quick", "--model", str(tiny_qwen3), "--out", out, "--systems", "vllm"])
+    with pytest.raises(ValueError, match="subset"):
+        bench.main(["--device", "cpu", "--quick", "--model", str(tiny_qwen3), "--out", out, "--subset", "99"])
+    with pytest.raises(ValueError, match="JSON list"):
+        (tmp_path / "bad.json").write_text("{}")
+        report.load([tmp_path / "bad.json"])
+
+
+def _record(system, rate, status="ok", **extra):
+    base = {"system": system, "status": status, "date": "2026-12-01T00:00:00+00:00", "gpu": "NVIDIA H200",
+            "cuda": "13.0", "versions": {"python": "3.12", "torch": "2.11", "transformers": "5.17", "triton": "3.6"},
+            "dtype": "bfloat16", "workload": {"requests": 256, "prompt_tokens": 142827, "output_tokens": 133966},
+            "output_tok_s": rate, "mean_ttft_s": 1.0, "mean_tpot_s": 0.01, "wall_s": 133966 / rate,
+            "floor_ratio": 3.0, "requests_completed": 256, "output_tokens": 133966,
+            "floor": {"floor_s": 3.0, "floor_tok_s": 44655.0, "bandwidth_gbs": 4000.0, "peak_tflops": 989.0}}
+    return {**base, **extra}
+
+
+def test_report_judges_the_targets_from_hand_made_records(tmp_path):
+    micro = {**_record("micro", 1.0), "copy": {"gbs": 4000.0},
+             "decode_kernel": {"gbs": 2500.0, "pct_of_copy": 62.5, "batch": 256, "mean_context": 820},
+             "decode_step": {"batch": 256, "ms_per_step": 12.0, "floor_ms": 7.0, "ratio": 12 / 7, "mean_context": 540,
+                             "attention_backend": "FlashAttnBackend"}}
+    records = [_record("hf-static", 600.0), _record("ours", 10000.0),
+               _record("ours", 13000.0, config={"attention_backend": "FlashAttnBackend", "page_size": 256,
+                                                "overlap": True, "cuda_graph_max_bs": 256}),
+               _record("hf-cb", 300.0, status="partial", requests_completed=120, output_tokens=90000),
+               {**_record("ours-no-graphs", 1.0), "status": "skipped", "reason": "no graphs here"}, micro]
+    md = report.markdown(records)
+    assert "21.7x (13,000 vs 600 tok/s) | yes" in md, "the last record of a system wins"
+    assert "(1.71x; mean context 540, flash-attn) | yes" in md
+    assert "2,500 of 4,000 GB/s (62%" in md and "| skipped: no graphs here |" in md
+    assert "**partial**: 120 of 256 requests" in md
+    path = report.plot(records, tmp_path / "p.png")
+    assert path.stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------------------------- GPU only
+@pytest.mark.gpu
+def test_gpu_copy_bandwidth_and_decode_kernel_are_plausible():
+    from minisgl.benchmark.micro import copy_bandwidth, decode_kernel_bandwidth
+
+    device = torch.device("cuda")
+    copy = copy_bandwidth(device)
+    assert 100 < copy["gbs"] < 20000, copy
+    kernel = decode_kernel_bandwidth(device, [512] * 64, iters=5)
+    assert 0 < kernel["gbs"] < 1.5 * copy["gbs"], kernel
