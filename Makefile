@@ -90,7 +90,7 @@ BENCH_DIR   ?= build/bench
 BENCH_OUT   ?= $(BENCH_DIR)/results.json
 # The random model stays under build/bench even when BENCH_DIR sends the results elsewhere (it is 1.2 GB).
 BENCH_MODEL ?= build/bench/qwen3-0.6b-random
-SYSTEMS     ?= micro ours ours-no-graphs ours-no-overlap ours-triton ours-torch hf-static hf-cb
+SYSTEMS     ?= micro ours ours-no-graphs ours-no-overlap ours-no-fused ours-triton ours-torch hf-static hf-cb
 BENCH_ARGS  ?=
 FINAL_TREE   = $(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol
 

@@ -4,8 +4,8 @@
     python -m minisgl.benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
 
 Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256), ours,
-ours-no-graphs, ours-no-overlap, ours-triton, ours-torch, hf-static, hf-cb. One process can run several;
-each result is appended as soon as it exists, so runs split over several processes (or machines) add up
+ours-no-graphs, ours-no-overlap, ours-no-fused, ours-triton, ours-torch, hf-static, hf-cb. One process can run
+several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
 in one file (or several, which the report merges). `--quick` shrinks everything to seconds on a CPU.
 """
 

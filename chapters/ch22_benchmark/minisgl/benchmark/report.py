@@ -12,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["ours", "ours-no-graphs", "ours-no-overlap", "ours-triton", "ours-torch", "hf-static", "hf-cb"]
+ORDER = ["ours", "ours-no-graphs", "ours-no-overlap", "ours-no-fused", "ours-triton", "ours-torch", "hf-static",
+         "hf-cb"]
 TARGET_X_HF = 20  # output throughput target: this many times HF static generate
 TARGET_STEP_RATIO = 2.0  # decode step at batch 256 within this factor of its memory floor
 TARGET_KERNEL_PCT = 60.0  # the Triton decode kernel at this share of the copy bandwidth or more

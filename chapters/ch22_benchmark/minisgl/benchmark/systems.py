@@ -23,17 +23,19 @@ from tqdm import tqdm
 from minisgl.benchmark.metrics import RequestTrace, TokenClock
 from minisgl.benchmark.roofline import Step
 from minisgl.benchmark.workload import Workload, describe
+from minisgl import env
 from minisgl.core import Batch, SamplingParams
 from minisgl.env import ENV
 from minisgl.scheduler.utils import PendingReq
 
-# name -> (attention backend, overlap scheduling, CUDA graphs)
+# name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19)
 OURS = {
-    "ours": ("auto", True, True),
-    "ours-no-graphs": ("auto", True, False),
-    "ours-no-overlap": ("auto", False, True),
-    "ours-triton": ("triton", True, True),
-    "ours-torch": ("torch", True, True),
+    "ours": ("auto", True, True, True),
+    "ours-no-graphs": ("auto", True, False, True),
+    "ours-no-overlap": ("auto", False, True, True),
+    "ours-no-fused": ("auto", True, True, False),
+    "ours-triton": ("triton", True, True, True),
+    "ours-torch": ("torch", True, True, True),
 }
 HF = ("hf-static", "hf-cb")
 _uids = itertools.count(1 << 40)  # far from LLM.generate's own uids (0, 1, ...), unique within a process
@@ -99,21 +101,17 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
     flash-attn is installed (its paged kernels need them; the waste of up to 255 slots per request does not
     matter with 140 GB, and random prompts share no prefix that smaller pages could reuse), else pages of 1.
     """
-    from minisgl.engine import EngineConfig
-
-    backend, overlap, graphs = OURS[name]
+    backend, overlap, graphs, _ = OURS[name]
     fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if page_size is None:
         page_size = 256 if backend == "auto" and fa else 1
     shape = describe(workload)
     kwargs = dict(device=device.type, attention_backend=backend, page_size=page_size,
                   max_running_reqs=shape["requests"], max_seq_len=shape["max_seq_len"])
-    has_graphs = "cuda_graph_max_bs" in {f.name for f in dataclasses.fields(EngineConfig)}
-    if device.type == "cuda" and has_graphs:
+    if device.type == "cuda":
         kwargs["cuda_graph_max_bs"] = cuda_graph_max_bs if graphs else 0  # 0 turns capture off (chapter 18)
     elif not graphs:
-        why = "a CUDA device" if device.type != "cuda" else "chapter 18 (EngineConfig.cuda_graph_max_bs)"
-        raise Skipped(f"turning CUDA graphs off needs {why}; this run has none to turn off")
+        raise Skipped("turning CUDA graphs off needs a CUDA device; this run has none to turn off")
     return kwargs, overlap
 
 
@@ -126,7 +124,18 @@ def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: fl
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if str(device) == "auto" else device)
     kwargs, overlap = ours_config(name, device, workload, page_size, cuda_graph_max_bs)
-    llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs)
+    saved_env = env.ENV
+    if not OURS[name][3]:  # the fused kernels read the setting at every call (chapter 19)
+        env.ENV = dataclasses.replace(saved_env, FUSED_KERNELS="off")
+    try:
+        return _run_ours(LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype,
+                             **kwargs), workload, name, max_seconds, max_extend_tokens, device)
+    finally:
+        env.ENV = saved_env
+
+
+def _run_ours(llm, workload: Workload, name: str, max_seconds: float | None, max_extend_tokens: int,
+              device: torch.device) -> RunOutput:
     warm = [ids[:8] for ids, _ in workload[:2]]
     llm.generate(warm, SamplingParams(max_tokens=4, ignore_eos=True))  # kernels compiled, memory allocated
     scheduler, log = llm.scheduler, BatchLog()
@@ -158,7 +167,7 @@ def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: fl
     config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.overlap,
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
-              "cuda_graph_max_bs": getattr(engine.config, "cuda_graph_max_bs", "not in this tree")}
+              "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS}
     del llm, engine
     return RunOutput(clock.ordered(uids), wall, outputs, log.steps, log.phases, config, capped)
 
