@@ -20,7 +20,7 @@ from minisgl.llm import LLM  # noqa: E402
 
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
 pytestmark = pytest.mark.anydevice  # the whole suite runs on CUDA under `make test-gpu`
-KERNEL_STUBS = ("_decode_kernel", "_extend_kernel")
+KERNEL_STUBS = ("_attend_block", "_extend_kernel")
 
 
 def scattered_cache(lens, hkv, dim, dtype, seed=0):
@@ -57,7 +57,7 @@ def rel_err(out, ref):
 DTYPES = [(torch.float32, 1e-5)] + ([(torch.bfloat16, 1e-2)] if ON_CUDA else [])
 
 
-@pytest.mark.stubs("_decode_kernel")
+@pytest.mark.stubs("_attend_block")
 @pytest.mark.parametrize("dtype,tol", DTYPES)
 @pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64), (8, 8, 16)])
 def test_decode_kernel_matches_float64(hq, hkv, dim, dtype, tol):
@@ -71,7 +71,7 @@ def test_decode_kernel_matches_float64(hq, hkv, dim, dtype, tol):
     assert out.dtype == dtype and rel_err(out, ref) < tol
 
 
-@pytest.mark.stubs("_extend_kernel")
+@pytest.mark.stubs("_attend_block", "_extend_kernel")
 @pytest.mark.parametrize("dtype,tol", DTYPES)
 @pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64)])
 def test_extend_kernel_matches_float64_over_a_cached_prefix(hq, hkv, dim, dtype, tol):

@@ -247,6 +247,10 @@ def test_quick_bench_end_to_end_writes_json_table_and_png(tiny_qwen3, tmp_path):
     table = md.read_text()
     assert "| ours |" in table and "| hf-static |" in table and "x HF static" in table
     assert "20x HF static" in table and "skipped" in table
+    only_micro = tmp_path / "micro.json"
+    only_micro.write_text(json.dumps([micro]))  # `make bench SYSTEMS=micro`: a table of targets, no plot
+    assert report.main([str(only_micro), "--png", str(tmp_path / "micro.png")]) == 0
+    assert not (tmp_path / "micro.png").exists()
 
 
 @pytest.mark.stubs("nano_vllm_workload")

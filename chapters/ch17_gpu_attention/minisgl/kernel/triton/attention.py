@@ -6,6 +6,9 @@ The page table holds one slot per position, so the kernels gather keys block by 
 (a running maximum and sum per query), so no [queries x keys] matrix is ever stored. Accumulation is in
 float32 whatever the cache dtype; float32 inputs multiply in full precision (no TF32).
 
+The two kernels differ only in which queries they load and how far each may see; the block step they share,
+gathering keys and folding them into the online softmax, is `_attend_block`.
+
 Both kernels also run on a CPU under TRITON_INTERPRET=1 (slowly), which is how the course tests them there.
 """
 
@@ -17,18 +20,42 @@ import triton.language as tl
 
 
 @triton.jit
+def _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
+                  stride_kn, stride_kh, stride_pt,
+                  BLOCK_N: tl.constexpr, D: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold keys [start, start + BLOCK_N) of one request into the online softmax of the query rows q: key n
+    is visible to row i when n < seq_len and n <= q_last[i]. Returns the new (m_i, l_i, acc)."""
+    # TODO(ch17): gather the block's slots from the page table (masked beyond seq_len, int64 offsets), load its
+    # keys and values of KV head kvh, scores = q @ k^T * scale with invisible keys at -inf, then the online
+    # softmax update: new running max, rescale l_i and acc by exp(old max - new max), add this block's terms.
+    raise NotImplementedError("TODO(ch17): _attend_block")
+
+
+@triton.jit
 def _decode_kernel(Q, K, V, O, PageTable, TableIdx, SeqLens, scale,
                    stride_qb, stride_qh, stride_kn, stride_kh, stride_ob, stride_oh, stride_pt,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                    PRECISION: tl.constexpr):
-    # One program per (request, kv head): the GROUP query heads sharing that kv head read each key once.
+    # One program per (request, kv head): the GROUP query heads sharing that kv head read each key once. Their
+    # queries form a [BLOCK_G, D] tile (rows past GROUP are zeros: tl.dot needs 16 rows) that sees every key.
     b = tl.program_id(0)
     kvh = tl.program_id(1)
-    # TODO(ch17): load the request's row and length; load the [BLOCK_G, D] queries of heads kvh*GROUP + g
-    # (g < GROUP; the rest padded with zeros: tl.dot needs 16 rows). For each block of BLOCK_N positions:
-    # gather their slots from the page table, load keys and values (int64 offsets), scores = q @ k^T * scale
-    # (masked beyond seq_len), and fold them into the running max m, sum l and accumulator acc. Store acc / l.
-    raise NotImplementedError("TODO(ch17): _decode_kernel")
+    row = tl.load(TableIdx + b).to(tl.int64)
+    seq_len = tl.load(SeqLens + b)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, D)
+    heads = kvh * GROUP + g
+    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None], other=0.0)
+    q_last = tl.full([BLOCK_G], seq_len - 1, tl.int32)  # the one new token sits at the last position
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, D], tl.float32)
+    for start in range(0, seq_len, BLOCK_N):
+        m_i, l_i, acc = _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
+                                      stride_kn, stride_kh, stride_pt, BLOCK_N, D, PRECISION)
+    out = acc / l_i[:, None]
+    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty),
+             mask=(g < GROUP)[:, None])
 
 
 @triton.jit
@@ -45,9 +72,9 @@ def _extend_kernel(Q, K, V, O, PageTable, TableIdx, SeqLens, CachedLens, CuSeqle
     if mb * BLOCK_M >= q_len:
         return
     # TODO(ch17): new token j of the request sits at position cached_len + j and may see keys at positions
-    # <= cached_len + j. Load this block's queries, then loop over key blocks up to the last position this
-    # block can see (the prefix and the new tokens alike are in the cache already), gathering slots through
-    # the page table, with the same online softmax as the decode kernel and a causal mask. Store acc / l.
+    # <= cached_len + j. Load this block's queries (query head h reads KV head h // GROUP), then fold in key
+    # blocks with _attend_block up to the last position this block can see (the prefix and the new tokens
+    # alike are in the cache already). Store acc / l for the rows that are real tokens.
     raise NotImplementedError("TODO(ch17): _extend_kernel")
 
 
