@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 
 from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
-from minisgl.attention.utils import make_metadata
 from minisgl.core import Batch
 from minisgl.kvcache.base import BaseKVCache
 
@@ -31,13 +30,12 @@ class FlashAttnBackend(BaseAttnBackend):
                              f"got {page_size}")
         import flash_attn  # noqa: F401  (fail here, with the import error, rather than in the first batch)
 
-        self.kv_cache = kv_cache
-        self.page_table = page_table
+        super().__init__(kv_cache, page_table, scale)
         self.page_size = page_size
-        self.scale = scale
 
     def prepare_metadata(self, batch: Batch) -> None:
-        meta = make_metadata(batch, self.page_table.device)
+        super().prepare_metadata(batch)
+        meta = batch.attn_metadata
         pages = -(-meta.max_seqlen_k // self.page_size)
         first_slots = self.page_table[meta.table_idx, : pages * self.page_size : self.page_size]
         batch.attn_metadata = FlashAttnMetadata(**vars(meta), block_table=(first_slots // self.page_size).int())
@@ -52,7 +50,7 @@ class FlashAttnBackend(BaseAttnBackend):
         k_cache = self._paged(self.kv_cache.k_cache(layer_id))
         v_cache = self._paged(self.kv_cache.v_cache(layer_id))
         meta = batch.attn_metadata
-        scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        scale = self.softmax_scale(q)
         q = q.to(k_cache.dtype)
         if batch.is_decode:
             out = flash_attn_with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.seq_lens,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from minisgl.core import Batch
+
+if TYPE_CHECKING:
+    from minisgl.kvcache.base import BaseKVCache
 
 
 @dataclass
@@ -27,9 +31,22 @@ class BaseAttnMetadata:
 
 
 class BaseAttnBackend(ABC):
-    @abstractmethod
+    """A backend holds references, not data: the KV cache it stores into and reads from, and the page table
+    that maps each request's positions to cache slots. `scale` is the softmax scale (None: 1/sqrt(head_dim))."""
+
+    def __init__(self, kv_cache: BaseKVCache, page_table: torch.Tensor, scale: float | None = None) -> None:
+        self.kv_cache = kv_cache
+        self.page_table = page_table
+        self.scale = scale
+
     def prepare_metadata(self, batch: Batch) -> None:
         """Compute batch.attn_metadata (called once per batch, before the forward pass)."""
+        from minisgl.attention.utils import make_metadata  # utils builds on this module: import it late
+
+        batch.attn_metadata = make_metadata(batch, self.page_table.device)
+
+    def softmax_scale(self, q: torch.Tensor) -> float:
+        return self.scale if self.scale is not None else q.shape[-1] ** -0.5
 
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:

@@ -6,9 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
-from minisgl.attention.utils import make_metadata
 from minisgl.core import Batch
-from minisgl.kvcache.base import BaseKVCache
 
 
 def _expand_kv(x: torch.Tensor, group: int) -> torch.Tensor:
@@ -17,18 +15,10 @@ def _expand_kv(x: torch.Tensor, group: int) -> torch.Tensor:
 
 
 class TorchAttnBackend(BaseAttnBackend):
-    def __init__(self, kv_cache: BaseKVCache, page_table: torch.Tensor, scale: float | None = None) -> None:
-        self.kv_cache = kv_cache
-        self.page_table = page_table
-        self.scale = scale
-
-    def prepare_metadata(self, batch: Batch) -> None:
-        batch.attn_metadata = make_metadata(batch, self.page_table.device)
-
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         k_cache, v_cache = self.kv_cache.k_cache(layer_id), self.kv_cache.v_cache(layer_id)
-        scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        scale = self.softmax_scale(q)
         if batch.is_decode:
             return self.forward_decode(q, k_cache, v_cache, batch.attn_metadata, scale)
         return self.forward_extend(q, k_cache, v_cache, batch.attn_metadata, scale)

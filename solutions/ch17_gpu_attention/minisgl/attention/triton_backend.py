@@ -5,26 +5,18 @@ from __future__ import annotations
 import torch
 
 from minisgl.attention.base import BaseAttnBackend
-from minisgl.attention.utils import make_metadata
 from minisgl.core import Batch
 from minisgl.kernel.triton.attention import paged_decode_attention, paged_extend_attention
-from minisgl.kvcache.base import BaseKVCache
 
 
 class TritonAttnBackend(BaseAttnBackend):
-    def __init__(self, kv_cache: BaseKVCache, page_table: torch.Tensor, scale: float | None = None) -> None:
-        self.kv_cache = kv_cache
-        self.page_table = page_table
-        self.scale = scale
-
-    def prepare_metadata(self, batch: Batch) -> None:
-        batch.attn_metadata = make_metadata(batch, self.page_table.device)
+    """The constructor and the metadata are chapter 5's (BaseAttnBackend); only the attention differs."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         k_cache, v_cache = self.kv_cache.k_cache(layer_id), self.kv_cache.v_cache(layer_id)
         meta = batch.attn_metadata
-        scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        scale = self.softmax_scale(q)
         q = q.to(k_cache.dtype)
         if batch.is_decode:
             return paged_decode_attention(q, k_cache, v_cache, self.page_table, meta.table_idx, meta.seq_lens, scale)
