@@ -8,7 +8,8 @@ import torch
 from helpers import hf_greedy, model_path, prompt_ids
 from minisgl.attention.base import BaseAttnMetadata
 from minisgl.attention.torch_backend import TorchAttnBackend
-from minisgl.attention.utils import gather_rows, make_metadata, make_positions, prepare_batch
+from minisgl.attention.base import make_metadata
+from minisgl.attention.utils import gather_rows, make_positions, prepare_batch
 from minisgl.core import Batch, Context, Req, SamplingParams, set_global_ctx
 from minisgl.kvcache.mha_pool import MHAKVCache
 from minisgl.kvcache.naive_cache import NaiveCacheManager

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
-from minisgl.attention.utils import make_metadata
+from minisgl.attention.base import make_metadata
 from minisgl.core import SamplingParams
 from minisgl.engine import EngineConfig
 from minisgl.engine.graph import capture_sizes

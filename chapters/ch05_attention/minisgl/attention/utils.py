@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.attention.base import BaseAttnMetadata
 from minisgl.core import Batch
 
 
@@ -21,17 +20,6 @@ def gather_rows(table: torch.Tensor, batch: Batch) -> torch.Tensor:
     """
     # TODO(ch05): slice each request's row over its extend range and concatenate the slices.
     raise NotImplementedError("TODO(ch05): gather_rows")
-
-
-def make_metadata(batch: Batch, device: torch.device | str) -> BaseAttnMetadata:
-    """Offsets and lengths of the batch: prefix sums of new-token counts (q) and attended lengths (k).
-
-    Built on the CPU, then copied with non_blocking=True: a blocking copy to the GPU waits for everything
-    already queued there, which would stall the CPU once per batch (chapter 11 overlaps that time away).
-    """
-    # TODO(ch05): build cu_seqlens_q from extend lengths and cu_seqlens_k from device lengths (int32, with a
-    # leading 0), plus seq_lens, cached_lens, table_idx and the two maxima.
-    raise NotImplementedError("TODO(ch05): make_metadata")
 
 
 def prepare_batch(batch: Batch, token_pool: torch.Tensor, page_table: torch.Tensor) -> None:

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import torch
 
 from minisgl.core import Req
-from minisgl.kvcache.prefix_cache import CacheHandle, create_prefix_cache
+from minisgl.kvcache import create_prefix_cache
+from minisgl.kvcache.prefix_cache import CacheHandle
 
 
 def div_ceil(a: int, b: int) -> int:

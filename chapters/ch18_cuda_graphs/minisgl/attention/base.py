@@ -39,6 +39,26 @@ class BaseAttnMetadata:
         return replace(self, **views)
 
 
+def make_metadata(batch: Batch, device: torch.device | str) -> BaseAttnMetadata:
+    """Offsets and lengths of the batch: prefix sums of new-token counts (q) and attended lengths (k).
+
+    Built on the CPU, then copied with non_blocking=True: a blocking copy to the GPU waits for everything
+    already queued there, which would stall the CPU once per batch (chapter 11 overlaps that time away).
+    """
+    extend = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32)
+    seq_lens = torch.tensor([r.device_len for r in batch.reqs], dtype=torch.int32)
+    zero = torch.zeros(1, dtype=torch.int32)
+    return BaseAttnMetadata(
+        cu_seqlens_q=torch.cat([zero, extend.cumsum(0, dtype=torch.int32)]).to(device, non_blocking=True),
+        cu_seqlens_k=torch.cat([zero, seq_lens.cumsum(0, dtype=torch.int32)]).to(device, non_blocking=True),
+        seq_lens=seq_lens.to(device, non_blocking=True),
+        cached_lens=torch.tensor([r.cached_len for r in batch.reqs], dtype=torch.int32).to(device, non_blocking=True),
+        table_idx=torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64).to(device, non_blocking=True),
+        max_seqlen_q=int(extend.max()),
+        max_seqlen_k=int(seq_lens.max()),
+    )
+
+
 class BaseAttnBackend(ABC):
     """A backend holds references, not data: the KV cache it stores into and reads from, and the page table
     that maps each request's positions to cache slots. `scale` is the softmax scale (None: 1/sqrt(head_dim))."""
@@ -50,8 +70,6 @@ class BaseAttnBackend(ABC):
 
     def prepare_metadata(self, batch: Batch) -> None:
         """Compute batch.attn_metadata (called once per batch, before the forward pass)."""
-        from minisgl.attention.utils import make_metadata  # utils builds on this module: import it late
-
         batch.attn_metadata = make_metadata(batch, self.page_table.device)
 
     def softmax_scale(self, q: torch.Tensor) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.attention.base import BaseAttnMetadata
 from minisgl.core import Batch
 
 
@@ -25,30 +24,6 @@ def gather_rows(table: torch.Tensor, batch: Batch) -> torch.Tensor:
     # TODO(ch05): slice each request's row over its extend range and concatenate the slices.
     # >>> solution
     return torch.cat([table[r.table_idx, r.cached_len : r.device_len] for r in batch.reqs])
-    # <<< solution
-
-
-def make_metadata(batch: Batch, device: torch.device | str) -> BaseAttnMetadata:
-    """Offsets and lengths of the batch: prefix sums of new-token counts (q) and attended lengths (k).
-
-    Built on the CPU, then copied with non_blocking=True: a blocking copy to the GPU waits for everything
-    already queued there, which would stall the CPU once per batch (chapter 11 overlaps that time away).
-    """
-    # TODO(ch05): build cu_seqlens_q from extend lengths and cu_seqlens_k from device lengths (int32, with a
-    # leading 0), plus seq_lens, cached_lens, table_idx and the two maxima.
-    # >>> solution
-    extend = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32)
-    seq_lens = torch.tensor([r.device_len for r in batch.reqs], dtype=torch.int32)
-    zero = torch.zeros(1, dtype=torch.int32)
-    return BaseAttnMetadata(
-        cu_seqlens_q=torch.cat([zero, extend.cumsum(0, dtype=torch.int32)]).to(device, non_blocking=True),
-        cu_seqlens_k=torch.cat([zero, seq_lens.cumsum(0, dtype=torch.int32)]).to(device, non_blocking=True),
-        seq_lens=seq_lens.to(device, non_blocking=True),
-        cached_lens=torch.tensor([r.cached_len for r in batch.reqs], dtype=torch.int32).to(device, non_blocking=True),
-        table_idx=torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64).to(device, non_blocking=True),
-        max_seqlen_q=int(extend.max()),
-        max_seqlen_k=int(seq_lens.max()),
-    )
     # <<< solution
 
 

@@ -2,8 +2,8 @@
 request starting with the same tokens skips computing them.
 
 A handle names a cached prefix. While a request uses one it holds a lock on it, so that eviction never
-takes KV a running request still reads. `cache_type` picks the implementation: "radix" shares prefixes
-(radix_cache.py), "naive" shares nothing (every request computes its whole prompt).
+takes KV a running request still reads. Two implementations: RadixCache (radix_cache.py) shares prefixes,
+NoPrefixCache (here, cache type "naive") shares nothing; `minisgl.kvcache.create_prefix_cache` picks one.
 """
 
 from __future__ import annotations
@@ -102,13 +102,3 @@ class NoPrefixCache(BasePrefixCache):
 
     def check_integrity(self) -> None:
         pass
-
-
-def create_prefix_cache(cache_type: str, page_size: int, device: torch.device | str) -> BasePrefixCache:
-    if cache_type == "naive":
-        return NoPrefixCache(device)
-    if cache_type == "radix":
-        from minisgl.kvcache.radix_cache import RadixCache
-
-        return RadixCache(page_size, device)
-    raise ValueError(f"cache_type must be 'naive' or 'radix', got {cache_type!r}")
