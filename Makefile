@@ -13,7 +13,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch
+.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -56,6 +56,9 @@ diff: need-ch  ## what chapter CH changes compared to chapter CH-1 (reference)
 
 reset: need-ch  ## restore chapter CH's pristine skeleton (your files are backed up under build/backups)
 	$(COURSE) reset $(CH)
+
+copies:  ## (maintainers) every chapter copy of P=minisgl/... oldest first, with the lines each chapter changed
+	@$(COURSE) copies $(P)
 
 progress: deps  ## every chapter: not started / in progress / passing
 	$(COURSE) progress

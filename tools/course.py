@@ -260,13 +260,22 @@ def cmd_outputs(only: list[str] | None = None) -> int:
 
 # ----------------------------------------------------------------------------- diff / reset / progress
 def cmd_diff(n: int) -> int:
+    """Each file as chapter n leaves it against the copy the tree had before. Labels name the chapter a copy
+    comes from (chapter 17 follows 11 when 12-16 are not built; an unchanged file may come from chapter 5)."""
+    get_chapter(n)
     before, after = reference_files(n - 1), reference_files(n)
     for rel in sorted(set(before) | set(after)):
         a = strip(before[rel]) if rel in before else []
         b = strip(after[rel]) if rel in after else []
         if a != b:
-            sys.stdout.writelines(difflib.unified_diff(a, b, f"ch{n - 1:02d}/{rel}", f"ch{n:02d}/{rel}"))
+            old = f"{_source_tag(before[rel])}/{rel}" if rel in before else "/dev/null"
+            sys.stdout.writelines(difflib.unified_diff(a, b, old, f"{_source_tag(after[rel])}/{rel}"))
     return 0
+
+
+def _source_tag(path: Path) -> str:
+    """chNN of the solutions/ folder a tree file comes from."""
+    return path.resolve().relative_to(ROOT / "solutions").parts[0][:4]
 
 
 def strip(path: Path) -> list[str]:
@@ -315,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("-v", "--verbose", action="store_true")
         p.add_argument("--kind", default=None, help="tree: ref, learner, mine or skeleton")
     sub.add_parser("progress")
+    sub.add_parser("copies").add_argument("path", nargs="?", help="a package path, e.g. minisgl/engine/engine.py")
     sub.add_parser("outputs").add_argument("only", nargs="*", help="output names (default: all)")
     ex = sub.add_parser("example")
     ex.add_argument("name")
@@ -324,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "progress":
             return cmd_progress()
+        if a.cmd == "copies":
+            from tools.copies import cmd_copies
+
+            return cmd_copies(a.path)
         if a.cmd == "outputs":
             return cmd_outputs(a.only)
         if a.cmd == "example":
