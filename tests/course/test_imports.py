@@ -13,12 +13,10 @@ from tools.tree import STANDALONE, all_chapters, reference_files
 CHAPTERS = [ch for ch in all_chapters() if ch.slug not in STANDALONE]
 
 # Known debt, to be paid by moving the table and cache managers into the scheduler (the ownership of upstream
-# mini-sglang) and the benchmark's model maker out of tools/. The list may only shrink: a new violation fails,
-# and so does an entry that no longer occurs (delete it then).
+# mini-sglang). The list may only shrink: a new violation fails, and so does an entry that no longer occurs.
 KNOWN_DEBT = {
     "minisgl.engine.engine imports minisgl.scheduler.table (layer 'llm' sits above 'engine')",
     "minisgl.engine.engine imports minisgl.scheduler.cache (layer 'llm' sits above 'engine')",
-    "minisgl.benchmark.bench imports tools.models",
 }
 
 

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, required=True, help="JSON file the results are appended to")
     ap.add_argument("--model", type=Path, default=None,
                     help=f"model folder (default: {DEFAULT_MODEL}, made with random weights on CUDA if missing; "
-                         "with --quick: models/tiny-qwen3)")
+                         "required with --quick, e.g. models/tiny-qwen3)")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     ap.add_argument("--quick", action="store_true", help="a tiny workload and tiny micro-benchmarks (CPU smoke run)")
@@ -108,12 +108,8 @@ class Bench:
                 print(f"== making the random Qwen3-0.6B-shaped model in {args.model}", flush=True)
                 make_model(args.model)
             return args.model
-        if args.quick:
-            try:
-                from tools.models import ensure_model  # the course's fixtures, when run from the repository
-            except ImportError:
-                raise ValueError("--quick needs --model (a small model folder, e.g. models/tiny-qwen3)") from None
-            return ensure_model("tiny-qwen3")
+        if args.quick:  # the package never builds the course's fixtures: `make models` does
+            raise ValueError("--quick needs --model (a small model folder, e.g. models/tiny-qwen3)")
         args.model = DEFAULT_MODEL
         if self.device.type != "cuda" and not (DEFAULT_MODEL / "config.json").exists():
             raise ValueError(f"no model at {DEFAULT_MODEL}: it is made on a CUDA device; on a CPU use --quick")
