@@ -34,5 +34,4 @@ total = sum(len(o["token_ids"]) for o in outputs)
 print(f"\n{len(QUESTIONS)} requests: {total} tokens in {elapsed:.1f} s = {total / elapsed:.1f} tokens/s "
       f"({len(llm.scheduler.history)} batches, page size {engine.config.page_size}, {engine.config.cache_type} cache, "
       f"overlap {'on' if llm.scheduler.overlap else 'off'})")
-engine.cache.check_integrity()
-engine.table.check_integrity()
+llm.scheduler.check_integrity()

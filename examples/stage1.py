@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.engine.manual import ManualBatcher
+from minisgl.teaching.manual import ManualBatcher
 from tools.models import model_path_from_env
 
 # %% [markdown]
@@ -64,4 +64,4 @@ print(f"\nbatching speed-up: {batch_tps / single_tps:.1f}x")
 print(f"request 0 alone and in the batch generate the same tokens: {single_out[0] == batch_out[0]}")
 for topic, out in zip(topics, batch_out):
     print(f"  {topic:<6} -> {tok.decode(out, skip_special_tokens=True).strip()[:70]!r}")
-engine.cache.check_integrity()
+batcher.check_integrity()

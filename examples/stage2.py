@@ -18,19 +18,22 @@
 # %%
 import time
 
+from transformers import AutoTokenizer
+
 from minisgl.core import SamplingParams
-from minisgl.engine.manual import ManualBatcher
+from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.scheduler.prefill import ChunkedReq
+from minisgl.teaching.manual import ManualBatcher
 from tools.models import model_path_from_env
 from tools.plots import draw_timeline
 
 path = model_path_from_env("smollm2")
 
 
-def chat(llm, question, system=None):
+def chat(tokenizer, question, system=None):
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
-    return llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
 
 
 # %% [markdown]
@@ -46,11 +49,10 @@ questions = ["Describe a rainy afternoon in a small town.", "What is the capital
              "Name a primary color.", "Say hello.", "What is the opposite of hot?",
              "How many legs does a spider have?", "Write a short story about a lost key."]
 params = [SamplingParams(max_tokens=n) for n in (64, 8, 12, 8, 10, 6, 12, 64)]
-llm = LLM(path, max_running_reqs=4, max_seq_len=512)
-prompts = [chat(llm, q) for q in questions]
-llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up: first-call costs stay out of the timings
-
-batcher = ManualBatcher(llm.engine)
+prompts = [chat(AutoTokenizer.from_pretrained(path), q) for q in questions]
+# Stage 1 on an engine of its own: its slot allocator must never hand out KV that the scheduler's cache holds.
+batcher = ManualBatcher(Engine(EngineConfig(path, max_running_reqs=4, max_seq_len=512)))
+batcher.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up: first-call costs stay out of the timings
 
 
 def hand_filled(group, group_params):
@@ -67,6 +69,12 @@ manual_a, steps_a = hand_filled(prompts[:4], params[:4])
 manual_b, steps_b = hand_filled(prompts[4:], params[4:])
 manual_s = time.perf_counter() - t0
 manual = manual_a + manual_b
+batcher.check_integrity()
+
+# The scheduler's engine is created after Stage 1's is done: one engine runs at a time in a process (the
+# layers read chapter 1's global context, which the newest engine sets).
+llm = LLM(path, max_running_reqs=4, max_seq_len=512)
+llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
 
 timeline = []
 llm.scheduler.on_batch = lambda b: timeline.append(
@@ -100,7 +108,7 @@ print(f"{'cache':<7}{'prompt tokens':>14}{'computed':>10}{'seconds':>9}")
 answers = {}
 for cache_type in ("naive", "radix"):
     guide = LLM(path, max_running_reqs=4, max_seq_len=512, cache_type=cache_type)
-    guide_prompts = [chat(guide, v, system) for v in visitors]
+    guide_prompts = [chat(guide.tokenizer, v, system) for v in visitors]
     computed = []
     guide.scheduler.on_batch = lambda b: computed.extend(r.extend_len for r in b.reqs if b.is_prefill)
     t0 = time.perf_counter()
@@ -108,7 +116,7 @@ for cache_type in ("naive", "radix"):
     outs += guide.generate(guide_prompts[1:], SamplingParams(max_tokens=16))
     answers[cache_type] = [o["token_ids"] for o in outs]
     print(f"{cache_type:<7}{sum(map(len, guide_prompts)):>14}{sum(computed):>10}{time.perf_counter() - t0:>9.2f}")
-    guide.engine.cache.check_integrity()
+    guide.scheduler.check_integrity()
 print(f"same answers with both caches: {answers['naive'] == answers['radix']}")
 
 # %% [markdown]
@@ -121,7 +129,7 @@ print(f"same answers with both caches: {answers['naive'] == answers['radix']}")
 long_text = " ".join(f"Note {i}: the scheduler admitted request {i} into row {i % 4} after checking the pool."
                      for i in range(20))
 chunky = LLM(path, max_running_reqs=2, max_seq_len=1024, max_extend_tokens=128)
-long_prompt = chat(chunky, "Summarize these notes in one sentence. " + long_text)
+long_prompt = chat(chunky.tokenizer, "Summarize these notes in one sentence. " + long_text)
 pieces = []
 chunky.scheduler.on_batch = lambda b: pieces.extend(
     (r.extend_len, isinstance(r, ChunkedReq)) for r in b.reqs if b.is_prefill)
@@ -129,7 +137,7 @@ summary = chunky.generate([long_prompt], SamplingParams(max_tokens=24))[0]
 print(f"prompt of {len(long_prompt)} tokens, max_extend_tokens 128 -> prefill batches of "
       + " + ".join(f"{n}{' (chunk)' if c else ''}" for n, c in pieces))
 print(f"answer: {summary['text'].strip()!r}")
-chunky.engine.cache.check_integrity()
+chunky.scheduler.check_integrity()
 
 # %% [markdown]
 # ## 4. The timeline of experiment 1

@@ -114,10 +114,13 @@ def hf_logits(name: str, ids: list[int]) -> torch.Tensor:
         return hf_model(name)(torch.tensor([ids])).logits[0].float()
 
 
-def assert_clean(engine) -> None:
-    """Call when no request runs: every KV page and every table row is free (or, from chapter 9, cached)."""
-    engine.cache.check_integrity()
-    engine.table.check_integrity()
+def assert_clean(owner) -> None:
+    """Call when no request runs: every KV page and every table row is free (or, from chapter 9, cached).
+
+    `owner` holds the bookkeeping: a Scheduler, an LLM (its scheduler) or chapter 6's ManualBatcher."""
+    owner = getattr(owner, "scheduler", owner)
+    owner.cache_manager.check_integrity()
+    owner.table_manager.check_integrity()
 
 
 def pending(uid: int, prompt_len: int, max_tokens: int, first: int = 1):

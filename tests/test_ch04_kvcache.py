@@ -85,7 +85,7 @@ def test_freeing_slots_never_allocated_is_refused():
 
 @pytest.mark.stubs("TableManager.free")
 def test_freeing_a_row_never_allocated_is_refused():
-    table = TableManager(2, 8)
+    table = TableManager.with_new_tables(2, 8)
     with pytest.raises(ValueError):
         table.free(1)
     table.check_integrity()
@@ -101,7 +101,7 @@ def test_integrity_check_detects_a_leak():
 
 @pytest.mark.stubs("TableManager.allocate", "TableManager.free")
 def test_table_rows():
-    table = TableManager(max_running_reqs=3, max_seq_len=16)
+    table = TableManager.with_new_tables(max_running_reqs=3, width=16)
     rows = [table.allocate() for _ in range(3)]
     assert sorted(rows) == [0, 1, 2]
     with pytest.raises(MemoryError):
@@ -120,7 +120,7 @@ def test_table_rows():
 @pytest.mark.stubs("TableManager.allocate", "NaiveCacheManager.allocate", "MHAKVCache.store_kv")
 def test_page_table_maps_a_sequence_to_scattered_slots():
     """A request's tokens need not sit in consecutive slots: the page table says where each one is."""
-    table, alloc = TableManager(2, 8), NaiveCacheManager(16)
+    table, alloc = TableManager.with_new_tables(2, 8), NaiveCacheManager(16)
     cache = MHAKVCache(num_kv_heads=1, head_dim=1, num_layers=1, num_pages=16)
     alloc.allocate(5)  # someone else holds five slots
     row = table.allocate()

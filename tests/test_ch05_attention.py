@@ -75,7 +75,7 @@ def scattered_setup(lengths, cached, heads=(4, 2), dim=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     hq, hkv = heads
     cache = MHAKVCache(hkv, dim, 1, num_pages=64)
-    table = TableManager(len(lengths), 32)
+    table = TableManager.with_new_tables(len(lengths), 32)
     perm = torch.randperm(64, generator=g).to(torch.int32)
     full_k, full_v, start = [], [], 0
     reqs = []
@@ -131,7 +131,7 @@ class PagedRunner:
         self.model, self.config = load_model(model_path(name))
         c = self.config
         self.cache = MHAKVCache(c.num_kv_heads, c.head_dim, c.num_layers, num_pages=512)
-        self.table = TableManager(4, 128)
+        self.table = TableManager.with_new_tables(4, 128)
         self.alloc = NaiveCacheManager(512)
         self.backend = TorchAttnBackend(self.cache, self.table.page_table)
         self.ctx = Context()

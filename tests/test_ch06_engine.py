@@ -8,7 +8,7 @@ import torch
 from helpers import MODEL_NAMES, assert_clean, hf_greedy, model_path, prompt_ids
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.engine.manual import ManualBatcher
+from minisgl.teaching.manual import ManualBatcher
 from minisgl.engine.sample import BatchSamplingArgs, Sampler, top_k_top_p_filter
 
 ENGINE_STUBS = ("Engine.forward_batch", "Sampler.sample")
@@ -42,7 +42,7 @@ def test_batch_with_a_cached_prefix_matches_hf(engine):
         batcher.release(reqs[0])
     for req in [reader] + reqs:
         batcher.release(req)
-    assert_clean(eng)
+    assert_clean(batcher)
 
 
 @pytest.mark.stubs(*ENGINE_STUBS)
@@ -54,7 +54,7 @@ def test_batching_does_not_change_results(engine):
     together = batcher.generate(prompts, params)
     alone = [batcher.generate([p], params)[0] for p in prompts]
     assert together == alone
-    assert_clean(eng)
+    assert_clean(batcher)
 
 
 @pytest.mark.stubs(*ENGINE_STUBS)
@@ -67,7 +67,7 @@ def test_eos_stops_a_request_like_hf():
     ref = hf_greedy(name, prompt, 64, stop_at_eos=True)
     assert out == ref
     assert out[-1] in eng.model_config.eos_token_ids, "the fixture prompt should finish within 64 tokens"
-    assert_clean(eng)
+    assert_clean(batcher)
 
 
 @pytest.mark.stubs("Engine._num_kv_pages")
@@ -139,14 +139,14 @@ def test_bad_input_is_refused_before_any_state_changes(prompt, params, message):
     eng = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=128))
     batcher = ManualBatcher(eng)
     running = batcher.add([5, 6, 7], SamplingParams(max_tokens=3, ignore_eos=True))
-    rows, slots = eng.table.available_size, eng.cache.available_size
+    rows, slots = batcher.table_manager.available_size, batcher.cache_manager.available_size
     with pytest.raises(ValueError, match=message):
         batcher.add(prompt, params)
-    assert (eng.table.available_size, eng.cache.available_size) == (rows, slots), "nothing was allocated"
+    assert (batcher.table_manager.available_size, batcher.cache_manager.available_size) == (rows, slots), "nothing was allocated"
     batcher.run([running])  # the other request still runs
     assert len(running.output_ids) == 3
     batcher.release(running)
-    assert_clean(eng)
+    assert_clean(batcher)
 
 
 def test_max_tokens_below_one_is_refused():

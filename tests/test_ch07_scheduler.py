@@ -27,47 +27,50 @@ def tiny_engine():
 @pytest.mark.stubs("PrefillAdder.try_add_one")
 def test_adder_respects_budget_rows_and_reservation(tiny_engine):
     eng = tiny_engine
-    adder = PrefillAdder(token_budget=10, table=eng.table, cache=eng.cache, reserved=5)
+    sched = Scheduler(eng)  # owns the table and cache managers
+    adder = PrefillAdder(token_budget=10, table=sched.table_manager, cache=sched.cache_manager, reserved=5)
     assert adder.try_add_one(pending(0, 6, 4)) is not None  # 9 slots: 5 + 9 <= 40
     assert adder.try_add_one(pending(2, 4, 30)) is None, "5 + 9 reserved + 33 needed exceed 40 free slots"
     req = adder.try_add_one(pending(3, 4, 20))  # 5 + 9 + 23 = 37 <= 40
     assert req is not None and adder.token_budget == 0 and adder.reserved == 37
-    assert eng.table.token_pool[req.table_idx, :4].tolist() == [1, 2, 3, 4], "the prompt is in the token pool"
+    assert sched.table_manager.token_pool[req.table_idx, :4].tolist() == [1, 2, 3, 4], "the prompt is in the token pool"
     assert req.cached_len == 0 and req.extend_len == 4
     assert adder.try_add_one(pending(4, 1, 1)) is None, "no budget left"
     for r in adder.reqs:
-        eng.table.free(r.table_idx)
-    assert_clean(eng)
+        sched.table_manager.free(r.table_idx)
+    assert_clean(sched)
 
 
 @pytest.mark.superseded(10, "chunked prefill runs a prompt longer than the budget in chunks")
 @pytest.mark.stubs("PrefillAdder.try_add_one")
 def test_a_prompt_longer_than_the_remaining_budget_waits(tiny_engine):
     eng = tiny_engine
-    adder = PrefillAdder(token_budget=10, table=eng.table, cache=eng.cache, reserved=0)
+    sched = Scheduler(eng)  # owns the table and cache managers
+    adder = PrefillAdder(token_budget=10, table=sched.table_manager, cache=sched.cache_manager, reserved=0)
     assert adder.try_add_one(pending(0, 6, 4)) is not None
     assert adder.try_add_one(pending(1, 5, 2)) is None, "6 + 5 tokens exceed the budget of 10"
     assert adder.token_budget == 4 and len(adder.reqs) == 1
-    eng.table.free(adder.reqs[0].table_idx)
-    assert_clean(eng)
+    sched.table_manager.free(adder.reqs[0].table_idx)
+    assert_clean(sched)
 
 
 @pytest.mark.stubs("PrefillManager.schedule_next_batch")
 def test_prefill_manager_is_first_come_first_served(tiny_engine):
     eng = tiny_engine
-    manager = PrefillManager(eng.table, eng.cache, max_extend_tokens=12)
+    sched = Scheduler(eng)  # owns the table and cache managers
+    manager = PrefillManager(sched.table_manager, sched.cache_manager, max_extend_tokens=12)
     for p in [pending(0, 5, 2), pending(1, 9, 30), pending(2, 2, 1)]:  # 6, 38 and 2 slots over their lives
         manager.add(p)
     batch = manager.schedule_next_batch(reserved=0)
     assert [r.uid for r in batch.reqs] == [0], "request 1 needs 38 of the 34 slots left, and 2 may not overtake it"
     assert [p.uid for p in manager.pending] == [1, 2]
-    eng.table.free(batch.reqs[0].table_idx)
+    sched.table_manager.free(batch.reqs[0].table_idx)
     assert manager.schedule_next_batch(reserved=39) is None, "nothing fits when the running requests hold the pool"
     batch = manager.schedule_next_batch(reserved=0)
     assert [r.uid for r in batch.reqs] == [1, 2]
     for r in batch.reqs:
-        eng.table.free(r.table_idx)
-    assert_clean(eng)
+        sched.table_manager.free(r.table_idx)
+    assert_clean(sched)
 
 
 @pytest.mark.stubs("DecodeManager.reserved_slots")
@@ -90,8 +93,8 @@ def test_prefill_goes_first(tiny_engine):
     scheduler.add_request(pending(0, 3, 2))
     batch = scheduler.schedule_next_batch()
     assert batch.is_prefill and [r.uid for r in batch.reqs] == [0]
-    tiny_engine.table.free(batch.reqs[0].table_idx)
-    assert_clean(tiny_engine)
+    scheduler.table_manager.free(batch.reqs[0].table_idx)
+    assert_clean(scheduler)
 
 
 @pytest.mark.stubs("Scheduler._process_last_data")
@@ -102,24 +105,24 @@ def test_finished_requests_leave_and_free_everything(tiny_engine):
     scheduler = Scheduler(eng)
     reqs = []
     for uid, max_tokens in [(0, 1), (1, 3)]:
-        row = eng.table.allocate()
+        row = scheduler.table_manager.allocate()
         ids = torch.tensor([3, 4, 5], dtype=torch.int32)
-        eng.table.token_pool[row, :3] = ids
+        scheduler.table_manager.token_pool[row, :3] = ids
         reqs.append(Req(ids, row, 0, max_tokens, uid, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
     batch = Batch(reqs, "prefill")
-    eng.prepare_batch(batch)
+    scheduler.prepare_batch(batch)
     tokens = eng.forward_batch(batch).tolist()
     scheduler._process_last_data(batch, tokens)
     assert list(scheduler.finished) == [0], "max_tokens=1: done after prefill"
     assert scheduler.finished[0].output_ids == [tokens[0]]
-    assert eng.table.available_size == eng.table.max_running_reqs - 1, "the finished request's row is free"
-    assert eng.cache.available_size == eng.kv_cache.num_slots - 3, "and so are its 3 KV slots"
+    assert scheduler.table_manager.available_size == scheduler.table_manager.max_running_reqs - 1, "the finished request's row is free"
+    assert scheduler.cache_manager.available_size == eng.kv_cache.num_slots - 3, "and so are its 3 KV slots"
     decode = Batch([reqs[1]], "decode")
     for _ in range(2):
-        eng.prepare_batch(decode)
+        scheduler.prepare_batch(decode)
         scheduler._process_last_data(decode, eng.forward_batch(decode).tolist())
     assert sorted(scheduler.finished) == [0, 1] and not scheduler.decode_manager.running
-    assert_clean(eng)
+    assert_clean(scheduler)
 
 
 @pytest.mark.superseded(11, "requests join the decode set when their prefill is launched, not when it is processed")
@@ -129,18 +132,18 @@ def test_unfinished_prefill_requests_join_the_decode_set(tiny_engine):
 
     eng = tiny_engine
     scheduler = Scheduler(eng)
-    row = eng.table.allocate()
+    row = scheduler.table_manager.allocate()
     req = Req(torch.tensor([3, 4], dtype=torch.int32), row, 0, 2, 0, SamplingParams(max_tokens=2, ignore_eos=True))
-    eng.table.token_pool[row, :2] = req.input_ids
+    scheduler.table_manager.token_pool[row, :2] = req.input_ids
     batch = Batch([req], "prefill")
-    eng.prepare_batch(batch)
+    scheduler.prepare_batch(batch)
     scheduler._process_last_data(batch, eng.forward_batch(batch).tolist())
     assert scheduler.decode_manager.running == [req], "the request decodes from the next step on"
     decode = Batch([req], "decode")
-    eng.prepare_batch(decode)
+    scheduler.prepare_batch(decode)
     scheduler._process_last_data(decode, eng.forward_batch(decode).tolist())
     assert not scheduler.decode_manager.running and list(scheduler.finished) == [0]
-    assert_clean(eng)
+    assert_clean(scheduler)
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -152,7 +155,7 @@ def test_generate_matches_hf(name):
     for prompt, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy(name, prompt, 10)
         assert isinstance(out["text"], str)
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
@@ -171,7 +174,7 @@ def test_continuous_batching_requests_join_and_leave():
     assert max(len(uids) for _, uids in history) <= 2, "never more running requests than table rows"
     decodes_of_0 = sum(0 in uids for phase, uids in history if phase == "decode")
     assert decodes_of_0 == 1, "request 0 (2 tokens) leaves after one decode step"
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
@@ -184,7 +187,7 @@ def test_small_pool_makes_requests_wait_not_crash():
     for prompt, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy(name, prompt, 12)
     assert max(len(uids) for _, uids in llm.scheduler.history) == 1, "the pool only ever fits one request"
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
@@ -196,7 +199,7 @@ def test_generate_stops_at_eos_like_hf():
     for prompt, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy(name, prompt, 48, stop_at_eos=True)
     assert "Paris" in outputs[0]["text"]
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.stubs("LLM.generate")
@@ -212,4 +215,4 @@ def test_bad_input_is_refused_before_anything_is_queued():
         with pytest.raises(ValueError, match=message):
             llm.generate(prompts, params)
         assert llm.scheduler.idle, "nothing was queued"
-    assert_clean(llm.engine)
+    assert_clean(llm)

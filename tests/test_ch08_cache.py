@@ -99,7 +99,8 @@ def test_running_requests_reserve_whole_pages():
 def test_admission_counts_whole_pages():
     path = model_path("tiny-qwen3")
     eng = Engine(EngineConfig(path, max_running_reqs=3, max_seq_len=64, page_size=4, num_pages=10))
-    adder = PrefillAdder(token_budget=100, table=eng.table, cache=eng.cache, reserved=0)
+    sched = Scheduler(eng)  # owns the table and cache managers
+    adder = PrefillAdder(token_budget=100, table=sched.table_manager, cache=sched.cache_manager, reserved=0)
     first = adder.try_add_one(pending(0, 5, 2))  # 6 positions -> 2 pages
     assert first is not None and adder.reserved == 8
     assert adder.try_add_one(pending(1, 30, 4)) is None, ("33 positions fit in 40 - 6 slots token by token, but "
@@ -109,13 +110,13 @@ def test_admission_counts_whole_pages():
     assert adder.try_add_one(pending(3, 1, 1)) is not None, "one position, one page: 36 + 4 = 40 fits"
     assert adder.try_add_one(pending(4, 1, 1)) is None, "the table has 3 rows"
     batch = Batch(adder.reqs, "prefill")
-    eng.prepare_batch(batch)
-    assert eng.cache.available_size == 40 - 4 * (2 + 6 + 1), "prefill takes the prompt's pages only"
+    sched.prepare_batch(batch)
+    assert sched.cache_manager.available_size == 40 - 4 * (2 + 6 + 1), "prefill takes the prompt's pages only"
     eng.forward_batch(batch)
     for r in adder.reqs:
-        eng.cache.cache_req(r, finished=True)
-        eng.table.free(r.table_idx)
-    assert_clean(eng)
+        sched.cache_manager.cache_req(r, finished=True)
+        sched.table_manager.free(r.table_idx)
+    assert_clean(sched)
 
 
 @pytest.mark.parametrize("page_size", [1, 4, 256])
@@ -128,7 +129,7 @@ def test_generate_matches_hf_for_every_page_size(name, page_size):
     outputs = llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens])
     for prompt, n, out in zip(prompts, max_tokens, outputs):
         assert out["token_ids"] == hf_greedy(name, prompt, n)
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
@@ -144,7 +145,7 @@ def test_nearly_full_pool_every_request_completes(page_size):
     for prompt, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy(name, prompt, n)
     assert max(len(uids) for _, uids in llm.scheduler.history) == 1, "requests waited for each other"
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.stubs(*ALL_STUBS)
@@ -163,4 +164,4 @@ def test_a_request_that_never_fits_is_refused_while_others_finish():
     scheduler.run_until_idle()
     for uid, prompt in enumerate(prompts):
         assert scheduler.finished[uid].output_ids == hf_greedy(name, prompt, 8)
-    assert_clean(engine)
+    assert_clean(scheduler)

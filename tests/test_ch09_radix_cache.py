@@ -216,7 +216,7 @@ def test_shared_system_prompt_is_computed_once(page_size):
         for prompt, out in zip(prompts, outputs):
             assert out["token_ids"] == hf_greedy(name, prompt, 6), cache_type
         computed[cache_type] = sum(counted)
-        assert_clean(llm.engine)
+        assert_clean(llm)
     shared = len(system) - len(system) % page_size
     assert computed["naive"] == sum(len(p) for p in prompts)
     assert computed["radix"] <= computed["naive"] - 3 * shared, "the three later requests reuse the system prompt"
@@ -233,8 +233,8 @@ def test_eviction_under_pressure_still_matches_hf():
         outputs = llm.generate(prompts, params)
         for prompt, out in zip(prompts, outputs):
             assert out["token_ids"] == hf_greedy(name, prompt, 8)
-        assert_clean(llm.engine)
-    assert llm.engine.cache.prefix_cache.evictable_size > 0, "finished requests left their KV in the cache"
+        assert_clean(llm)
+    assert llm.scheduler.cache_manager.prefix_cache.evictable_size > 0, "finished requests left their KV in the cache"
 
 
 @pytest.mark.stubs(*ALL_STUBS)
@@ -253,4 +253,4 @@ def test_smollm2_chat_turns_reuse_the_conversation():
         messages += [{"role": "assistant", "content": tok.decode(out["token_ids"], skip_special_tokens=True)},
                      {"role": "user", "content": "And of Italy?"}]
     assert counted[0][0] == 0 and counted[1][0] >= len(ids) // 2, "the second turn starts from the first turn's KV"
-    assert_clean(llm.engine)
+    assert_clean(llm)

@@ -28,6 +28,12 @@ def engine():
     return Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=96, num_pages=80))
 
 
+@pytest.fixture
+def sched(engine):
+    """A scheduler over the engine: it owns the table and cache managers the adder tests work with."""
+    return Scheduler(engine)
+
+
 @pytest.mark.stubs("ChunkedReq.append_host")
 def test_a_chunk_is_never_sampled():
     req = ChunkedReq(torch.arange(5, dtype=torch.int32), 0, 0, 4, 7, SamplingParams(max_tokens=4))
@@ -45,47 +51,47 @@ def test_a_chunk_never_decodes():
 
 
 @pytest.mark.stubs("PrefillAdder._add_one_req", "ChunkedReq.can_decode")
-def test_add_one_req_cuts_a_chunk_and_reserves_the_rest(engine):
-    adder = PrefillAdder(token_budget=10, table=engine.table, cache=engine.cache, reserved=3)
-    row = engine.table.allocate()
-    engine.table.token_pool[row] = -1
+def test_add_one_req_cuts_a_chunk_and_reserves_the_rest(sched):
+    adder = PrefillAdder(token_budget=10, table=sched.table_manager, cache=sched.cache_manager, reserved=3)
+    row = sched.table_manager.allocate()
+    sched.table_manager.token_pool[row] = -1
     p = pending(0, 25, 6)
-    req = adder._add_one_req(p, engine.cache.match_req([])[0], row, 0)
+    req = adder._add_one_req(p, sched.cache_manager.match_req([])[0], row, 0)
     assert isinstance(req, ChunkedReq) and (req.cached_len, req.device_len) == (0, 10)
     assert adder.token_budget == 0
     assert adder.reserved == 3 + 25 + 6 - 1, "the whole remaining prompt plus max_tokens (minus the last token)"
-    assert engine.table.token_pool[row, :10].tolist() == list(range(1, 11))
-    assert (engine.table.token_pool[row, 10:] == -1).all(), "only this chunk's tokens are written"
+    assert sched.table_manager.token_pool[row, :10].tolist() == list(range(1, 11))
+    assert (sched.table_manager.token_pool[row, 10:] == -1).all(), "only this chunk's tokens are written"
     adder.token_budget = 100  # the next batch continues from position 10
     req.complete_one()
     last = adder._add_one_req(p, req.cache_handle, row, req.cached_len)
     assert type(last).__name__ == "Req" and (last.cached_len, last.device_len) == (10, 25)
     assert adder.token_budget == 85 and adder.reserved == 3 + 30 + 20
     assert last.can_decode and last.prompt_len == 25, "the last chunk is an ordinary request"
-    engine.table.free(row)
+    sched.table_manager.free(row)
 
 
 @pytest.mark.stubs("PrefillAdder.try_add_one", "PrefillAdder._add_one_req")
-def test_try_add_one_continues_a_chunked_request_without_a_new_admission(engine):
-    adder = PrefillAdder(token_budget=8, table=engine.table, cache=engine.cache, reserved=0)
+def test_try_add_one_continues_a_chunked_request_without_a_new_admission(sched):
+    adder = PrefillAdder(token_budget=8, table=sched.table_manager, cache=sched.cache_manager, reserved=0)
     p = pending(0, 20, 4)
     first = adder.try_add_one(p)
     assert isinstance(first, ChunkedReq) and first.extend_len == 8
     assert adder.try_add_one(pending(1, 2, 2)) is None, "an empty budget admits nothing"
-    rows_left = engine.table.available_size
+    rows_left = sched.table_manager.available_size
     first.complete_one()
     p.chunked_req = first
-    greedy = PrefillAdder(token_budget=8, table=engine.table, cache=engine.cache, reserved=10_000)
+    greedy = PrefillAdder(token_budget=8, table=sched.table_manager, cache=sched.cache_manager, reserved=10_000)
     second = greedy.try_add_one(p)  # no room for a new request, but this one was admitted already
     assert second is not None and (second.table_idx, second.cached_len, second.device_len) == (first.table_idx, 8, 16)
-    assert second.cache_handle is first.cache_handle and engine.table.available_size == rows_left
+    assert second.cache_handle is first.cache_handle and sched.table_manager.available_size == rows_left
     assert greedy.try_add_one(pending(2, 2, 2)) is None
-    engine.table.free(first.table_idx)
+    sched.table_manager.free(first.table_idx)
 
 
 @pytest.mark.stubs(*CHUNK_STUBS)
-def test_unfinished_chunks_go_back_to_the_front(engine):
-    manager = PrefillManager(engine.table, engine.cache, max_extend_tokens=12)
+def test_unfinished_chunks_go_back_to_the_front(sched):
+    manager = PrefillManager(sched.table_manager, sched.cache_manager, max_extend_tokens=12)
     for p in [pending(0, 5, 2), pending(1, 30, 2, first=40), pending(2, 3, 2, first=80)]:
         manager.add(p)
     batch = manager.schedule_next_batch(reserved=0)
@@ -101,7 +107,7 @@ def test_unfinished_chunks_go_back_to_the_front(engine):
     assert [(r.uid, r.cached_len, r.extend_len, isinstance(r, ChunkedReq)) for r in batch.reqs] == [
         (1, 19, 11, False), (2, 0, 1, True)]
     for row in {0, 1, 2}:
-        engine.table.free(row)
+        sched.table_manager.free(row)
 
 
 def trace_run(page_size: int, budget: int = 16, **config):
@@ -131,7 +137,7 @@ def check_trace(name, prompts, llm, batches, outputs, budget=16):
         assert chunked == [True] * (len(chunked) - 1) + [False], "chunks, then the last piece as a request"
     for prompt, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy(name, prompt, 8)
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
@@ -154,7 +160,7 @@ def test_prompt_longer_than_the_budget_with_a_cached_prefix():
     assert first["token_ids"] == hf_greedy(name, base[:30], 6) and second["token_ids"] == hf_greedy(name, base, 6)
     assert spans[0][0] == 28, "chunking starts after the cached prefix (whole pages of the first prompt)"
     assert all(d - c <= 8 for c, d in spans)
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 @pytest.mark.stubs(*CHUNK_STUBS)
@@ -164,13 +170,14 @@ def test_aborting_a_chunked_request_frees_what_it_holds(engine):
     scheduler.add_request(pending(1, 4, 3, first=50))
     scheduler.step()
     scheduler.step()  # two chunks of request 0 ran: it holds a row and 16 slots
-    assert engine.cache.available_size < engine.cache.num_slots and engine.table.available_size == 2
+    cache, table = scheduler.cache_manager, scheduler.table_manager
+    assert cache.available_size < cache.num_slots and table.available_size == 2
     assert scheduler.abort_request(0)
     assert not scheduler.abort_request(0), "gone already"
     scheduler.run_until_idle()
     assert list(scheduler.finished) == [1]
     assert scheduler.finished[1].output_ids == hf_greedy("tiny-qwen3", list(range(50, 54)), 3, stop_at_eos=True)
-    assert_clean(engine)
+    assert_clean(scheduler)
 
 
 @pytest.mark.stubs("Sequence.next_chunk")

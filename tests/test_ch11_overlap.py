@@ -24,16 +24,16 @@ LOOP_STUBS = ("Scheduler.overlap_step", "Scheduler._launch", "Scheduler._process
 
 
 
-def count_frees(engine: Engine) -> Counter:
+def count_frees(scheduler: Scheduler) -> Counter:
     """Wrap cache_req to count how often each request is freed (finished=True)."""
-    frees, original = Counter(), engine.cache.cache_req
+    frees, original = Counter(), scheduler.cache_manager.cache_req
 
     def counted(req, finished):
         if finished:
             frees[req.uid] += 1
         original(req, finished)
 
-    engine.cache.cache_req = counted
+    scheduler.cache_manager.cache_req = counted
     return frees
 
 
@@ -57,12 +57,12 @@ def test_results_of_freed_requests_and_chunks_are_skipped():
     scheduler = Scheduler(eng, overlap=True)
     reqs = []
     for uid, (cls, max_tokens) in enumerate([(Req, 3), (Req, 1), (ChunkedReq, 4)]):
-        row = eng.table.allocate()
+        row = scheduler.table_manager.allocate()
         ids = torch.tensor([5, 6, 7], dtype=torch.int32)
-        eng.table.token_pool[row, :3] = ids
+        scheduler.table_manager.token_pool[row, :3] = ids
         reqs.append(cls(ids, row, 0, max_tokens, uid, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
     prefill = Batch(reqs, "prefill")
-    eng.prepare_batch(prefill)
+    scheduler.prepare_batch(prefill)
     tokens = eng.forward_batch(prefill).tolist()
     scheduler.decode_manager.add([reqs[0]])  # what launching the batch does
     scheduler._process_last_data(prefill, tokens)
@@ -73,9 +73,9 @@ def test_results_of_freed_requests_and_chunks_are_skipped():
     assert reqs[0].output_ids == [tokens[0], 12] and scheduler._freed == set()
     scheduler._process_last_data(Batch([reqs[0]], "decode"), [13])
     assert sorted(scheduler.finished) == [0, 1] and not scheduler.decode_manager.running
-    eng.cache.cache_req(reqs[2], finished=True)  # the chunk's pages: its scheduler would free them on abort
-    eng.table.free(reqs[2].table_idx)
-    assert_clean(eng)
+    scheduler.cache_manager.cache_req(reqs[2], finished=True)  # the chunk's pages: freed as an abort would
+    scheduler.table_manager.free(reqs[2].table_idx)
+    assert_clean(scheduler)
 
 
 @pytest.mark.stubs(*LOOP_STUBS)
@@ -90,7 +90,7 @@ def test_the_next_batch_is_launched_before_the_last_is_processed():
         outputs = llm.generate(prompt_ids(name, 2), SamplingParams(max_tokens=5, ignore_eos=True))
         events[overlap] = "".join("L" if e == "launch" else "t" for e in log)
         assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, 5) for p in prompt_ids(name, 2)]
-        assert_clean(llm.engine)
+        assert_clean(llm)
     assert events[False] == "Ltt" * 5, "without overlap: launch a batch, record its two tokens, launch the next"
     assert events[True] == "L" + "Ltt" * 4 + "tt", "with overlap: the next launch comes before the last tokens"
 
@@ -109,13 +109,13 @@ def test_outputs_identical_with_overlap_on_and_off(cache_type, budget, page_size
     for overlap in (False, True):
         llm = LLM(model_path(name), max_running_reqs=3, max_seq_len=128, max_extend_tokens=budget,
                   page_size=page_size, cache_type=cache_type, overlap=overlap, num_pages=120 // page_size)
-        frees = count_frees(llm.engine)
+        frees = count_frees(llm.scheduler)
         tokens = Counter()
         llm.scheduler.on_token = lambda r, t: tokens.update([r.uid])
         runs[overlap] = [o["token_ids"] for o in llm.generate(prompts, params)]
         assert all(v == 1 for v in frees.values()) and len(frees) == len(prompts), "each request freed once"
         assert [tokens[i] for i in range(len(prompts))] == [p.max_tokens for p in params], "no token recorded twice"
-        assert_clean(llm.engine)
+        assert_clean(llm)
     assert runs[True] == runs[False]
     assert runs[True] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
 
@@ -127,11 +127,11 @@ def test_eos_under_overlap_costs_one_wasted_step_not_a_wrong_token():
     results = {}
     for overlap in (False, True):
         llm = LLM(model_path(name), max_running_reqs=3, max_seq_len=512, overlap=overlap)
-        frees = count_frees(llm.engine)
+        frees = count_frees(llm.scheduler)
         outputs = llm.generate(prompts, SamplingParams(max_tokens=40))
         results[overlap] = ([o["token_ids"] for o in outputs], llm.scheduler.history)
         assert all(v == 1 for v in frees.values())
-        assert_clean(llm.engine)
+        assert_clean(llm)
     for prompt, out in zip(prompts, results[True][0]):
         assert out == hf_greedy(name, prompt, 40, stop_at_eos=True)
     assert results[True][0] == results[False][0]
@@ -152,7 +152,7 @@ def test_abort_while_its_batch_is_in_flight():
     name = "tiny-qwen3"
     eng = Engine(EngineConfig(model_path(name), max_running_reqs=3, max_seq_len=96, num_pages=90))
     scheduler = Scheduler(eng, max_extend_tokens=8, overlap=True)
-    frees = count_frees(eng)
+    frees = count_frees(scheduler)
     prompts = prompt_ids(name, 3)
     for uid, p in enumerate(prompts):
         scheduler.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32),
@@ -168,7 +168,7 @@ def test_abort_while_its_batch_is_in_flight():
     assert victim not in scheduler.finished and all(v == 1 for v in frees.values())
     for uid in set(range(3)) - {victim}:
         assert scheduler.finished[uid].output_ids == hf_greedy(name, prompts[uid], 6)
-    assert_clean(eng)
+    assert_clean(scheduler)
 
 
 @pytest.mark.gpu
@@ -183,8 +183,8 @@ def test_cuda_loop_on_its_own_stream_matches_hf(name):
         llm = LLM(model_path(name), device="cuda", dtype="float32", max_running_reqs=2, max_seq_len=128,
                   page_size=4, max_extend_tokens=8, overlap=overlap)
         assert llm.scheduler.stream is not None and llm.engine.device.type == "cuda"
-        frees = count_frees(llm.engine)
+        frees = count_frees(llm.scheduler)
         runs[overlap] = [o["token_ids"] for o in llm.generate(prompts, params)]
         assert all(v == 1 for v in frees.values()) and len(frees) == 3
-        assert_clean(llm.engine)
+        assert_clean(llm)
     assert runs[True] == runs[False] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]

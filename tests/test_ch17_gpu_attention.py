@@ -119,7 +119,7 @@ def test_engine_on_the_triton_backend_matches_hf(name):
     assert type(llm.engine.attn_backend).__name__ == "TritonAttnBackend"
     outputs = llm.generate(prompts, params)
     assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
-    llm.engine.cache.check_integrity()
+    llm.scheduler.cache_manager.check_integrity()
 
 
 @pytest.mark.gpu
@@ -143,4 +143,4 @@ def test_flash_attn_backend_bf16_matches_hf_bf16_on_the_gpu(overlap):
             ref = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                               max_new_tokens=12)[0, len(prompt):].tolist()
         assert out["token_ids"] == ref
-    llm.engine.cache.check_integrity()
+    llm.scheduler.cache_manager.check_integrity()

@@ -12,6 +12,7 @@ import torch
 
 from helpers import assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
 from minisgl.attention.base import make_metadata
+from minisgl.attention.utils import prepare_batch
 from minisgl.core import SamplingParams
 from minisgl.engine import EngineConfig
 from minisgl.engine.graph import capture_sizes
@@ -54,8 +55,13 @@ def decode_batch(llm: LLM, prompts: list[list[int]]):
     while sched.prefill_manager.pending:
         assert sched.step().is_prefill
     batch = sched.decode_manager.schedule_next_batch()
-    llm.engine.prepare_batch(batch)
+    sched.prepare_batch(batch)
     return batch
+
+
+def flatten(llm: LLM, batch) -> None:
+    """Flatten a batch whose KV pages are allocated already (input_ids, positions, out_loc)."""
+    prepare_batch(batch, llm.engine.token_pool, llm.engine.page_table)
 
 
 def _pending(uid, ids):
@@ -90,7 +96,7 @@ def test_pad_batch_appends_padding_requests_that_write_to_the_padding_page(small
     padded = runner.pad_batch(batch)
     assert padded.size == 4 and padded.is_decode and padded.reqs[:3] == batch.reqs
     dummy = padded.reqs[3]
-    assert dummy.table_idx == e.table.padding_row and dummy.extend_len == 1 and dummy.cached_len == 0
+    assert dummy.table_idx == e.padding_row and dummy.extend_len == 1 and dummy.cached_len == 0
     padding_slot = e.num_pages * e.config.page_size
     assert padding_slot // e.config.page_size == e.cache.num_pages, "the padding page is not the cache manager's"
     assert padded.input_ids.tolist() == batch.input_ids.tolist() + [0]
@@ -107,7 +113,7 @@ def decode_batch_of_size(llm: LLM, batch, n: int):
     from minisgl.core import Batch
 
     sub = Batch(batch.reqs[:n], "decode")
-    llm.engine._prepare_decode(sub)
+    flatten(llm, sub)
     return sub
 
 
@@ -122,7 +128,7 @@ def test_prepare_for_replay_copies_the_metadata_into_the_static_buffers(small_ll
     for name, t in expected.tensors().items():
         assert getattr(views, name).tolist() == t.tolist(), name
         assert getattr(views, name).data_ptr() == getattr(static, name).data_ptr(), "views of the static buffers"
-    assert views.max_seqlen_k == small_llm.engine.table.page_table.shape[1], "ints stay as captured: full rows"
+    assert views.max_seqlen_k == small_llm.engine.page_table.shape[1], "ints stay as captured: full rows"
 
 
 @pytest.mark.stubs("GraphRunner.replay", "GraphRunner.pad_batch", "BaseAttnBackend.prepare_for_replay")
@@ -135,7 +141,7 @@ def test_replay_equals_the_eager_forward_pass_batch_after_batch(small_llm):
         from minisgl.core import Batch
 
         sub = Batch([batch.reqs[i] for i in members], "decode")
-        small_llm.engine._prepare_decode(sub)
+        small_flatten(llm, sub)
         with torch.inference_mode():
             got = runner.replay(sub).clone()
         want = eager_logits(small_llm, sub)
@@ -180,7 +186,7 @@ def test_engine_with_graphs_matches_hf_greedy(name, overlap):
     decode_sizes = [len(uids) for phase, uids in llm.scheduler.history if phase == "decode"]
     assert sorted(replayed) == sorted(n for n in decode_sizes if n <= 4) and replayed, "every small decode replays"
     assert any(n > 4 for n in decode_sizes), "batches over the largest size ran eagerly"
-    assert_clean(llm.engine)
+    assert_clean(llm)
 
 
 # ----------------------------------------------------------------------------- on the GPU (make test-gpu)
@@ -252,4 +258,4 @@ def test_cuda_graphs_on_every_backend_match_hf_on_the_gpu(name, backend, dtype, 
         compared += sure
     if dtype == "bfloat16" and name == "smollm2":  # the tiny models' random weights give near-ties within steps
         assert compared >= 6, f"only {compared} bf16 tokens had a clear margin: the fixture is too weak"
-    assert_clean(llm.engine)
+    assert_clean(llm)

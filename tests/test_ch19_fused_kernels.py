@@ -277,4 +277,4 @@ def test_engine_on_the_fused_kernels_matches_hf(name, fused, calls):
     outputs = llm.generate(prompts, params)
     assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
     assert min(calls.values()) > 0, f"every fused kernel ran: {calls}"
-    assert_clean(llm.engine)
+    assert_clean(llm)

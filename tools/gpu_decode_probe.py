@@ -41,7 +41,7 @@ def run(path: Path, backend: str, overlap: bool, batch: int, prompt: int, tokens
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     decode_steps = sum(phase == "decode" for phase, _ in llm.scheduler.history)
-    llm.engine.cache.check_integrity()
+    llm.scheduler.check_integrity()
     return {"backend": type(llm.engine.attn_backend).__name__, "overlap": overlap, "graphs": graphs, "batch": batch,
             "output_tokens": sum(len(o["token_ids"]) for o in outputs), "seconds": round(seconds, 3),
             "tok_per_s": round(sum(len(o["token_ids"]) for o in outputs) / seconds, 1),

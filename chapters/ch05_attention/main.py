@@ -11,7 +11,8 @@ from minisgl.scheduler.table import TableManager
 
 g = torch.Generator().manual_seed(0)
 HQ, HKV, D = 4, 2, 16
-cache, alloc, table = MHAKVCache(HKV, D, 1, num_pages=64), NaiveCacheManager(64), TableManager(6, 32)
+cache, alloc = MHAKVCache(HKV, D, 1, num_pages=64), NaiveCacheManager(64)
+table = TableManager.with_new_tables(6, 32)
 backend = TorchAttnBackend(cache, table.page_table)
 
 

@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.engine.manual import ManualBatcher
+from minisgl.teaching.manual import ManualBatcher
 from tools.models import model_path_from_env
 
 path = model_path_from_env("smollm2")
@@ -53,7 +53,7 @@ for req in reqs + [reader]:
 
 for req in [reader] + reqs:
     batcher.release(req)
-engine.cache.check_integrity()
+batcher.check_integrity()
 print(f"\nbatch of {len(reqs)}: {generated} tokens in {elapsed:.2f} s = {generated / elapsed:.1f} tokens/s")
 print(f"every request matches HF greedy: {all_match}")
 raise SystemExit(0 if all_match else 1)

@@ -18,11 +18,11 @@ for uid, ids in enumerate(prompts):
     sched.add_request(PendingReq(uid, torch.tensor(ids, dtype=torch.int32), SamplingParams(max_tokens=4, ignore_eos=True)))
 sched.step()  # the prefill batch
 for req in sched.decode_manager.running:
-    row = llm.engine.table.page_table[req.table_idx, : req.cached_len].tolist()
+    row = llm.scheduler.table_manager.page_table[req.table_idx, : req.cached_len].tolist()
     print(f"  request {req.uid}: {req.cached_len} tokens cached -> slots {row}   pages {sorted({s // 4 for s in row})}")
-print(f"  free: {llm.engine.cache.available_size // 4} of {llm.engine.cache.num_pages} pages")
+print(f"  free: {llm.scheduler.cache_manager.available_size // 4} of {llm.scheduler.cache_manager.num_pages} pages")
 sched.run_until_idle()
-llm.engine.cache.check_integrity()
+llm.scheduler.check_integrity()
 print("  both finished, every page is free again: integrity check passed\n")
 
 print("== what whole pages cost: slots held by 4 requests of 37 positions each")
@@ -42,6 +42,5 @@ try:
     llm.generate([list(range(1, 15))], SamplingParams(max_tokens=8))
 except ValueError as err:
     print(f"  refused up front: {err}")
-llm.engine.cache.check_integrity()
-llm.engine.table.check_integrity()
+llm.scheduler.check_integrity()
 print("  integrity check passed")

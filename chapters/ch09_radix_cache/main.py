@@ -48,5 +48,5 @@ for cache_type in ("naive", "radix"):
     elapsed = time.perf_counter() - t0
     print(f"  {cache_type:>5}: {sum(len(p) for p in prompts)} prompt tokens, {sum(computed)} computed, "
           f"{elapsed:.2f} s")
-    llm.engine.cache.check_integrity()
+    llm.scheduler.check_integrity()
 print(f"  first answer: {outputs[0]['text'].strip()!r}")

@@ -28,8 +28,7 @@ for overlap in (False, True):
     print("  " + ", ".join(log[:14]) + ", ...")
     steps = {k: sum(k + 1 in uids for phase, uids in llm.scheduler.history) for k in range(len(prompts))}
     print(f"  batches each request ran in: {steps}; tokens: {[len(t) for t in outputs[overlap]]}")
-    llm.engine.cache.check_integrity()
-    llm.engine.table.check_integrity()
+    llm.scheduler.check_integrity()
 for q, out in zip(questions, outs):
     print(f"  {q:<32} -> {llm.tokenizer.decode(out['token_ids'], skip_special_tokens=True).strip()[:50]!r}")
 print(f"\nwall time: overlap off {timings[False]:.2f} s, on {timings[True]:.2f} s "

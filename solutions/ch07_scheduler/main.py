@@ -38,6 +38,5 @@ for q, prompt, out in zip(questions, prompts, outputs):
 total = sum(len(o["token_ids"]) for o in outputs)
 print(f"\n{len(prompts)} requests, {total} tokens in {elapsed:.1f} s = {total / elapsed:.1f} tokens/s")
 print(f"matches HF greedy: {all_match}")
-llm.engine.cache.check_integrity()
-llm.engine.table.check_integrity()
+llm.scheduler.check_integrity()
 raise SystemExit(0 if all_match else 1)

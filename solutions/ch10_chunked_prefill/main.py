@@ -48,8 +48,7 @@ for text, prompt, out in zip(texts, prompts, outputs):
                           do_sample=False, max_new_tokens=6, min_new_tokens=6)[0, len(prompt):].tolist()
     match &= ref == out["token_ids"]
     print(f"  ...{text[-24:]!r} -> {out['text']!r}")
-llm.engine.cache.check_integrity()
-llm.engine.table.check_integrity()
+llm.scheduler.check_integrity()
 print(f"matches HF greedy: {match}\n")
 
 print("warm-up (no model): 3 sequences decoding when a 64-token prompt arrives; tokens per step")

@@ -56,6 +56,6 @@ for backend in ("torch", "triton"):
     t0 = time.perf_counter()
     results[backend] = [o["token_ids"] for o in llm.generate(prompts, params)]
     print(f"  {backend:>6} backend: {results[backend][0]}  ({time.perf_counter() - t0:.2f} s)")
-    llm.engine.cache.check_integrity()
+    llm.scheduler.check_integrity()
 print(f"same tokens on both backends: {results['torch'] == results['triton']}")
 raise SystemExit(0 if results["torch"] == results["triton"] else 1)

@@ -85,7 +85,7 @@ for mode in ("on", "off"):
     llm = LLM(path, device=device.type, dtype="float32", page_size=4, max_running_reqs=3, max_seq_len=128,
               max_extend_tokens=16)
     results[mode] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True))]
-    llm.engine.cache.check_integrity()
+    llm.scheduler.check_integrity()
     print(f"  fused kernels {mode:>3}: {results[mode][0]}")
 print(f"same tokens with the fused kernels on and off: {results['on'] == results['off']}")
 raise SystemExit(0 if results["on"] == results["off"] else 1)

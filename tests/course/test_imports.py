@@ -12,25 +12,10 @@ from tools.tree import STANDALONE, all_chapters, reference_files
 
 CHAPTERS = [ch for ch in all_chapters() if ch.slug not in STANDALONE]
 
-# Known debt, to be paid by moving the table and cache managers into the scheduler (the ownership of upstream
-# mini-sglang). The list may only shrink: a new violation fails, and so does an entry that no longer occurs.
-KNOWN_DEBT = {
-    "minisgl.engine.engine imports minisgl.scheduler.table (layer 'llm' sits above 'engine')",
-    "minisgl.engine.engine imports minisgl.scheduler.cache (layer 'llm' sits above 'engine')",
-}
-
-
 @pytest.mark.parametrize("ch", CHAPTERS, ids=[c.slug for c in CHAPTERS])
 def test_imports_flow_one_way(ch):
     found = problems(reference_files(ch.number))
-    new = [p for p in found if p not in KNOWN_DEBT]
-    assert not new, f"{ch.slug}: imports that break the one-way rule:\n" + "\n".join(new)
-
-
-def test_known_debt_still_exists():
-    seen = {p for ch in CHAPTERS for p in problems(reference_files(ch.number))}
-    paid = KNOWN_DEBT - seen
-    assert not paid, f"no longer found in any tree, remove from KNOWN_DEBT: {sorted(paid)}"
+    assert not found, f"{ch.slug}: imports that break the one-way rule:\n" + "\n".join(found)
 
 
 def _tree(tmp_path: Path, sources: dict[str, str]) -> dict[str, Path]:

@@ -5,7 +5,12 @@ Chapter 8 makes allocation page-granular and chapter 9 adds a radix tree that sh
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from minisgl.core import Req
 
 
 class NaiveCacheManager:
@@ -26,6 +31,15 @@ class NaiveCacheManager:
         # TODO(ch04): check there are n free slots (MemoryError naming both numbers otherwise, state untouched),
         # then pop them, clear their _is_free flags, and return them as an int32 tensor on self.device.
         raise NotImplementedError("TODO(ch04): NaiveCacheManager.allocate")
+
+    def allocate_rows(self, reqs: list[Req], page_table: torch.Tensor) -> None:
+        """A slot for every new token (positions cached_len..device_len-1) of each request, written into its
+        page-table row. One allocation for all of them: all or nothing."""
+        slots = self.allocate(sum(r.extend_len for r in reqs))
+        start = 0
+        for req in reqs:
+            page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
+            start += req.extend_len
 
     def free(self, slots: torch.Tensor) -> None:
         """Give slots back. Freeing a slot that is already free is a bug and raises ValueError."""

@@ -1,4 +1,9 @@
-"""Engine: loads the model, sizes and owns the KV cache, and runs one batch per call."""
+"""Engine: loads the model, sizes and owns the KV cache and the request tables, and runs one batch per call.
+
+The engine owns tensors (weights, the KV pool, the page table and token pool, the attention backend, the
+sampler) and runs a batch someone else prepared: which request gets which row and which KV slots is decided
+above it (chapter 6's hand-filled batches, then the scheduler of chapter 7), never here.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,12 @@ from collections.abc import Sequence
 import torch
 
 from minisgl.attention.torch_backend import TorchAttnBackend
-from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Context, SamplingParams, set_global_ctx
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
 from minisgl.env import ENV
 from minisgl.kvcache.mha_pool import MHAKVCache
-from minisgl.kvcache.naive_cache import NaiveCacheManager
 from minisgl.models import load_model
-from minisgl.scheduler.table import TableManager
 
 
 class Engine:
@@ -31,12 +33,14 @@ class Engine:
         self.num_pages = config.num_pages or self._num_kv_pages()
         self.kv_cache = MHAKVCache(mc.num_kv_heads, mc.head_dim, mc.num_layers, self.num_pages, config.page_size,
                                    config.torch_dtype, self.device)
-        self.table = TableManager(config.max_running_reqs, self.max_seq_len, self.device)
-        self.cache = NaiveCacheManager(self.kv_cache.num_slots, self.device)
-        self.attn_backend = TorchAttnBackend(self.kv_cache, self.table.page_table)
+        # One row per running request; rows span whole pages (a request's last page may reach past max_seq_len).
+        row_width = -(-self.max_seq_len // config.page_size) * config.page_size
+        self.page_table = torch.zeros(config.max_running_reqs, row_width, dtype=torch.int32, device=self.device)
+        self.token_pool = torch.zeros_like(self.page_table)
+        self.attn_backend = TorchAttnBackend(self.kv_cache, self.page_table)
         self.ctx = Context(config.page_size)
         self.ctx.kv_cache, self.ctx.attn_backend = self.kv_cache, self.attn_backend
-        self.ctx.page_table = self.table.page_table
+        self.ctx.page_table = self.page_table
         set_global_ctx(self.ctx)
         self.sampler = Sampler(self.device, config.seed)
 
@@ -63,16 +67,6 @@ class Engine:
             raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {params.max_tokens} exceeds "
                              f"max_seq_len {self.max_seq_len}")
 
-    def prepare_batch(self, batch: Batch) -> None:
-        """Give every new token of the batch a KV slot, recorded in its request's page-table row, then flatten
-        the batch (input_ids, positions, out_loc). One allocation for the whole batch: all or nothing."""
-        slots = self.cache.allocate(sum(r.extend_len for r in batch.reqs))
-        start = 0
-        for req in batch.reqs:
-            self.table.page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
-            start += req.extend_len
-        prepare_batch(batch, self.table.token_pool, self.table.page_table)
-
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> torch.Tensor:
         """Run a prepared batch (input_ids, positions, out_loc set; slots mapped) and sample one token each.
@@ -80,6 +74,6 @@ class Engine:
         Every request then owns one more token: it is written to the token pool and complete_one() is called.
         """
         # TODO(ch06): prepare the attention metadata, run the model inside ctx.forward_batch, sample with the
-        # batch's sampling args, write each new token into the token pool at [table_idx, device_len], and call
-        # complete_one() on every request. Return the tokens.
+        # batch's sampling args, write each new token into the token pool at [table_idx, device_len] if the
+        # request can still decode, and call complete_one() on every request. Return the tokens.
         raise NotImplementedError("TODO(ch06): Engine.forward_batch")

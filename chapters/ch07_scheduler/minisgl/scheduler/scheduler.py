@@ -3,16 +3,23 @@
 Each step: pick a batch (new requests first, else every running request decodes), give its new tokens KV
 slots, run it, then record each request's token and retire the finished ones, which frees their slots for
 the requests still waiting.
+
+The scheduler owns the bookkeeping: the TableManager (which request holds which row of the engine's tables)
+and the cache manager (which KV slots are free). It turns a scheduled batch into what the engine reads
+(prepare_batch); the engine only runs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
+from minisgl.kvcache.naive_cache import NaiveCacheManager
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import PrefillManager
+from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
 
 
@@ -20,7 +27,9 @@ class Scheduler:
     def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
         self.engine = engine
         self.max_extend_tokens = max_extend_tokens
-        self.prefill_manager = PrefillManager(engine.table, engine.cache, max_extend_tokens)
+        self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
+        self.cache_manager = NaiveCacheManager(engine.kv_cache.num_slots, engine.device)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
         self.decode_manager = DecodeManager()
         self.finished: dict[int, Req] = {}
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
@@ -54,10 +63,16 @@ class Scheduler:
         eos = self.engine.model_config.eos_token_ids
         return not req.can_decode or (not req.sampling_params.ignore_eos and req.output_ids[-1] in eos)
 
+    def prepare_batch(self, batch: Batch) -> None:
+        """Give every new token of the batch a KV slot, recorded in its request's page-table row, then flatten
+        the batch (input_ids, positions, out_loc) for the engine. One allocation for the whole batch."""
+        self.cache_manager.allocate_rows(batch.reqs, self.table_manager.page_table)
+        prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
+
     def _free(self, req: Req) -> None:
         """Give back the request's KV slots (positions 0..cached_len-1) and its table row."""
-        self.engine.cache.free(self.engine.table.page_table[req.table_idx, : req.cached_len])
-        self.engine.table.free(req.table_idx)
+        self.cache_manager.free(self.table_manager.page_table[req.table_idx, : req.cached_len])
+        self.table_manager.free(req.table_idx)
 
     def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
         """Record each request's new token; finished requests leave and free everything they hold."""
@@ -71,11 +86,16 @@ class Scheduler:
         batch = self.schedule_next_batch()
         if batch is None:
             return None
-        self.engine.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
         next_tokens = self.engine.forward_batch(batch).tolist()
         self._process_last_data(batch, next_tokens)
         self.history.append((batch.phase, [r.uid for r in batch.reqs]))
         return batch
+
+    def check_integrity(self) -> None:
+        """When nothing runs: every table row and KV slot is free."""
+        self.table_manager.check_integrity()
+        self.cache_manager.check_integrity()
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
         while not self.idle:

@@ -19,11 +19,14 @@ from typing import NamedTuple
 
 import torch
 
+from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
 from minisgl.env import ENV
+from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
+from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
 
 
@@ -41,8 +44,12 @@ class Scheduler:
             raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
         self.engine = engine
         self.max_extend_tokens = max_extend_tokens
-        self.prefill_manager = PrefillManager(engine.table, engine.cache, max_extend_tokens)
-        self.decode_manager = DecodeManager(engine.cache.page_size)
+        # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
+        self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
+        self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
+                                          engine.config.cache_type)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.decode_manager = DecodeManager(self.cache_manager.page_size)
         self.finished: dict[int, Req] = {}
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -56,7 +63,7 @@ class Scheduler:
     def check_request(self, pending: PendingReq) -> None:
         """ValueError if the request could never run on this engine (nothing changes either way)."""
         self.engine.check_request(pending.input_ids, pending.sampling_params)
-        cache = self.engine.cache
+        cache = self.cache_manager
         need = cache.slots_to_grow(0, pending.slots_needed)  # whole pages
         if need > cache.num_slots:
             raise ValueError(f"request {pending.uid} needs {need} KV slots (whole pages of {cache.page_size}) but "
@@ -81,10 +88,16 @@ class Scheduler:
         hit_eos = not req.sampling_params.ignore_eos and int(req.input_ids[-1]) in eos
         return len(req.input_ids) >= req.max_device_len or hit_eos
 
+    def prepare_batch(self, batch: Batch) -> None:
+        """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
+        then flatten the batch (input_ids, positions, out_loc) for the engine. One allocation for the batch."""
+        self.cache_manager.allocate_paged(batch.reqs)
+        prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
+
     def _free(self, req: Req) -> None:
         """Give back the request's KV pages and its table row."""
-        self.engine.cache.cache_req(req, finished=True)
-        self.engine.table.free(req.table_idx)
+        self.cache_manager.cache_req(req, finished=True)
+        self.table_manager.free(req.table_idx)
 
     def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
         """Record each request's new token; finished requests leave and free everything they hold."""
@@ -118,7 +131,7 @@ class Scheduler:
 
     def _launch(self, batch: Batch) -> ForwardData:
         """Run a batch without waiting for its tokens to reach the CPU."""
-        # TODO(ch11): prepare the batch (engine.prepare_batch), call on_batch, run engine.forward_batch and
+        # TODO(ch11): prepare the batch (self.prepare_batch), call on_batch, run engine.forward_batch and
         # record (phase, uids) in history. Prefill requests that can decode join the decode set now, so the
         # next batch (scheduled before these results are processed) decodes them. On CUDA start a
         # non_blocking copy of the tokens to pinned CPU memory and record an event after it; on the CPU the
@@ -148,6 +161,11 @@ class Scheduler:
         Returns the batch now in flight, for the next call; None if nothing was launched."""
         # TODO(ch11): schedule and launch the next batch (if any) first, then process last; return the new one.
         raise NotImplementedError("TODO(ch11): Scheduler.overlap_step")
+
+    def check_integrity(self) -> None:
+        """When nothing runs: every table row is free and every KV page free or cached exactly once."""
+        self.table_manager.check_integrity()
+        self.cache_manager.check_integrity()
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
         if self.stream is None:

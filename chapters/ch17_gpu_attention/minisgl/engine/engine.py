@@ -1,4 +1,9 @@
-"""Engine: loads the model, sizes and owns the KV cache, and runs one batch per call."""
+"""Engine: loads the model, sizes and owns the KV cache and the request tables, and runs one batch per call.
+
+The engine owns tensors (weights, the KV pool, the page table and token pool, the attention backend, the
+sampler) and runs a batch someone else prepared: which request gets which row and which KV slots is decided
+above it (chapter 6's hand-filled batches, then the scheduler of chapter 7), never here.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,12 @@ from collections.abc import Sequence
 import torch
 
 from minisgl.attention import create_attention_backend
-from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Context, SamplingParams, set_global_ctx
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
 from minisgl.env import ENV
 from minisgl.kvcache.mha_pool import MHAKVCache
 from minisgl.models import load_model
-from minisgl.scheduler.cache import CacheManager, div_ceil
-from minisgl.scheduler.table import TableManager
 
 
 class Engine:
@@ -31,15 +33,15 @@ class Engine:
         self.num_pages = config.num_pages or self._num_kv_pages()
         self.kv_cache = MHAKVCache(mc.num_kv_heads, mc.head_dim, mc.num_layers, self.num_pages, config.page_size,
                                    config.torch_dtype, self.device)
-        # Rows span whole pages: a request's last page may reach past max_seq_len.
-        row_width = div_ceil(self.max_seq_len, config.page_size) * config.page_size
-        self.table = TableManager(config.max_running_reqs, row_width, self.device)
-        self.cache = CacheManager(self.num_pages, config.page_size, self.table.page_table, config.cache_type)
-        self.attn_backend = create_attention_backend(config.attention_backend, self.kv_cache, self.table.page_table,
+        # One row per running request; rows span whole pages (a request's last page may reach past max_seq_len).
+        row_width = -(-self.max_seq_len // config.page_size) * config.page_size
+        self.page_table = torch.zeros(config.max_running_reqs, row_width, dtype=torch.int32, device=self.device)
+        self.token_pool = torch.zeros_like(self.page_table)
+        self.attn_backend = create_attention_backend(config.attention_backend, self.kv_cache, self.page_table,
                                                      config.page_size, config.torch_dtype)
         self.ctx = Context(config.page_size)
         self.ctx.kv_cache, self.ctx.attn_backend = self.kv_cache, self.attn_backend
-        self.ctx.page_table = self.table.page_table
+        self.ctx.page_table = self.page_table
         set_global_ctx(self.ctx)
         self.sampler = Sampler(self.device, config.seed)
 
@@ -51,7 +53,7 @@ class Engine:
             budget = int(free * self.config.memory_ratio)
         else:
             budget = self.config.cpu_kv_cache_mb * 2**20
-        useful = self.config.max_running_reqs * div_ceil(self.max_seq_len, self.config.page_size)
+        useful = self.config.max_running_reqs * -(-self.max_seq_len // self.config.page_size)
         pages = min(budget // page_bytes, useful)
         if pages < 1:
             raise ValueError(f"no room for the KV cache: one page needs {page_bytes} bytes, {budget} available")
@@ -72,12 +74,6 @@ class Engine:
             raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {params.max_tokens} exceeds "
                              f"max_seq_len {self.max_seq_len}")
 
-    def prepare_batch(self, batch: Batch) -> None:
-        """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
-        then flatten the batch (input_ids, positions, out_loc). One allocation for the whole batch."""
-        self.cache.allocate_paged(batch.reqs)
-        prepare_batch(batch, self.table.token_pool, self.table.page_table)
-
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> torch.Tensor:
         """Run a prepared batch (input_ids, positions, out_loc set; slots mapped) and sample one token each.
@@ -90,6 +86,6 @@ class Engine:
         next_tokens = self.sampler.sample(logits, BatchSamplingArgs.from_reqs(batch.reqs, self.device))
         for req, token in zip(batch.reqs, next_tokens):
             if req.can_decode:  # the token is fed back only if the request may go on
-                self.table.token_pool[req.table_idx, req.device_len] = token
+                self.token_pool[req.table_idx, req.device_len] = token
             req.complete_one()
         return next_tokens

@@ -1,4 +1,5 @@
-"""Flatten a batch into the tensors a forward pass reads: token ids, positions, KV slots, offsets."""
+"""Flatten a batch into the tensors a forward pass reads: token ids, positions, KV slots (the offsets of the
+attention metadata are attention/base.py's make_metadata)."""
 
 from __future__ import annotations
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
+from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import PrefillManager
+from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
 
 
@@ -20,8 +23,12 @@ class Scheduler:
     def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
         self.engine = engine
         self.max_extend_tokens = max_extend_tokens
-        self.prefill_manager = PrefillManager(engine.table, engine.cache, max_extend_tokens)
-        self.decode_manager = DecodeManager(engine.cache.page_size)
+        # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
+        self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
+        self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
+                                          engine.config.cache_type)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.decode_manager = DecodeManager(self.cache_manager.page_size)
         self.finished: dict[int, Req] = {}
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -30,7 +37,7 @@ class Scheduler:
     def check_request(self, pending: PendingReq) -> None:
         """ValueError if the request could never run on this engine (nothing changes either way)."""
         self.engine.check_request(pending.input_ids, pending.sampling_params)
-        cache = self.engine.cache
+        cache = self.cache_manager
         need = cache.slots_to_grow(0, pending.slots_needed)  # whole pages
         if need > cache.num_slots:
             raise ValueError(f"request {pending.uid} needs {need} KV slots (whole pages of {cache.page_size}) but "
@@ -56,10 +63,16 @@ class Scheduler:
         eos = self.engine.model_config.eos_token_ids
         return not req.can_decode or (not req.sampling_params.ignore_eos and req.output_ids[-1] in eos)
 
+    def prepare_batch(self, batch: Batch) -> None:
+        """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
+        then flatten the batch (input_ids, positions, out_loc) for the engine. One allocation for the batch."""
+        self.cache_manager.allocate_paged(batch.reqs)
+        prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
+
     def _free(self, req: Req) -> None:
         """Give back the request's KV pages and its table row."""
-        self.engine.cache.cache_req(req, finished=True)
-        self.engine.table.free(req.table_idx)
+        self.cache_manager.cache_req(req, finished=True)
+        self.table_manager.free(req.table_idx)
 
     def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
         """Record each request's new token; finished requests leave and free everything they hold."""
@@ -74,7 +87,7 @@ class Scheduler:
                     self.decode_manager.remove(req)
                 self.finished[req.uid] = req
             elif batch.is_prefill:
-                self.engine.cache.cache_req(req, finished=False)  # its prompt becomes shareable right away
+                self.cache_manager.cache_req(req, finished=False)  # its prompt becomes shareable right away
                 joined.append(req)
         self.decode_manager.add(joined)
 
@@ -83,13 +96,18 @@ class Scheduler:
         batch = self.schedule_next_batch()
         if batch is None:
             return None
-        self.engine.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
         if self.on_batch is not None:
             self.on_batch(batch)
         next_tokens = self.engine.forward_batch(batch).tolist()
         self._process_last_data(batch, next_tokens)
         self.history.append((batch.phase, [r.uid for r in batch.reqs]))
         return batch
+
+    def check_integrity(self) -> None:
+        """When nothing runs: every table row is free and every KV page free or cached exactly once."""
+        self.table_manager.check_integrity()
+        self.cache_manager.check_integrity()
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
         while not self.idle:

@@ -196,7 +196,7 @@ def run_micro(bench: Bench) -> dict:
     step = decode_step_time(llm, batch, prompt, steps, bench.weight_bytes, bench.kv_per_token,
                             copy["gbs"] * 1e9, skip=skip)
     step["attention_backend"] = type(llm.engine.attn_backend).__name__
-    llm.engine.cache.check_integrity()
+    llm.scheduler.check_integrity()
     del llm
     out["decode_step"] = step
     return out

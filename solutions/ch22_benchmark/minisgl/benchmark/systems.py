@@ -162,7 +162,7 @@ def _run_ours(llm, workload: Workload, name: str, max_seconds: float | None, max
     wall = time.perf_counter() - t0
     scheduler.on_token = scheduler.on_batch = None
     outputs = [scheduler.finished.pop(uid).output_ids if uid in scheduler.finished else None for uid in uids]
-    llm.engine.cache.check_integrity()
+    llm.scheduler.check_integrity()
     engine = llm.engine
     config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.overlap,
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,

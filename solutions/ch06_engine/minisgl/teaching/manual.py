@@ -1,7 +1,9 @@
 """ManualBatcher: Stage 1's scheduler, by hand. Admit requests, prefill them together, decode until done.
 
-Chapter 7 replaces this with a real scheduler; here every step is explicit so the pieces are visible:
-a page-table row per request, KV slots for every new token, and a prefix borrowed from another request.
+Teaching only: the engine never imports it. Chapter 7 replaces it with a real scheduler; here every step is
+explicit so the pieces are visible: a page-table row per request, KV slots for every new token, and a prefix
+borrowed from another request. Like the scheduler, it owns the bookkeeping (a TableManager over the engine's
+tables, a slot allocator over its KV pool) and hands the engine prepared batches.
 """
 
 from __future__ import annotations
@@ -10,13 +12,18 @@ from collections.abc import Sequence
 
 import torch
 
+from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.engine import Engine
+from minisgl.kvcache.naive_cache import NaiveCacheManager
+from minisgl.scheduler.table import TableManager
 
 
 class ManualBatcher:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
+        self.cache_manager = NaiveCacheManager(engine.kv_cache.num_slots, engine.device)
         self._next_uid = 0
         self._owned_from: dict[Req, int] = {}  # first position whose KV slot the request allocated itself
         self._borrowers: dict[Req, list[Req]] = {}  # donor -> requests reading its prefix slots
@@ -32,7 +39,7 @@ class ManualBatcher:
                                  f"donor ({prefix_of.cached_len} tokens)")
             if not torch.equal(prefix_of.input_ids[:prefix_len], ids[:prefix_len]):
                 raise ValueError("the prompt does not start with the donor's first prefix_len tokens")
-        table = self.engine.table
+        table = self.table_manager
         row = table.allocate()
         table.token_pool[row, : len(ids)] = ids.to(table.token_pool.device)
         cached_len = 0
@@ -49,11 +56,17 @@ class ManualBatcher:
     def step(self, reqs: list[Req], phase: str) -> list[int]:
         """Give every request slots for its new tokens, run one forward pass, and record the new tokens."""
         batch = Batch(reqs, phase)
-        self.engine.prepare_batch(batch)
+        self.prepare(batch)
         tokens = self.engine.forward_batch(batch).tolist()
         for req, token in zip(reqs, tokens):
             req.append_host(token)
         return tokens
+
+    def prepare(self, batch: Batch) -> None:
+        """Give every new token of the batch a KV slot, recorded in its request's page-table row, then flatten
+        the batch (input_ids, positions, out_loc). One allocation for the whole batch: all or nothing."""
+        self.cache_manager.allocate_rows(batch.reqs, self.table_manager.page_table)
+        prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
 
     def is_finished(self, req: Req) -> bool:
         eos = self.engine.model_config.eos_token_ids
@@ -65,8 +78,8 @@ class ManualBatcher:
         if any(b in self._owned_from for b in self._borrowers.get(req, [])):
             raise ValueError(f"request {req.uid} still lends its prefix to running requests: release them first")
         own_from = self._owned_from.pop(req)
-        self.engine.cache.free(self.engine.table.page_table[req.table_idx, own_from : req.cached_len])
-        self.engine.table.free(req.table_idx)
+        self.cache_manager.free(self.table_manager.page_table[req.table_idx, own_from : req.cached_len])
+        self.table_manager.free(req.table_idx)
         self._borrowers.pop(req, None)
 
     def run(self, reqs: list[Req]) -> None:
@@ -76,6 +89,11 @@ class ManualBatcher:
             self.step(fresh, "prefill")
         while running := [r for r in reqs if not self.is_finished(r)]:
             self.step(running, "decode")
+
+    def check_integrity(self) -> None:
+        """Every row and KV slot is back (call it once every request is released)."""
+        self.table_manager.check_integrity()
+        self.cache_manager.check_integrity()
 
     def generate(self, prompts: list[Sequence[int]], params: SamplingParams) -> list[list[int]]:
         """Convenience: admit, run and release a list of prompts; returns each one's generated token ids."""

@@ -1,0 +1,2 @@
+"""Teaching-only code: models and hand-driven loops that the chapters use to show an idea. The engine never
+imports this package."""
