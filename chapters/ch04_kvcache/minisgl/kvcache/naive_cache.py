@@ -1,6 +1,8 @@
 """NaiveCacheManager: hands out free KV slots and takes them back. No sharing between requests yet.
 
-Chapter 8 makes allocation page-granular and chapter 9 adds a radix tree that shares prefixes.
+The slot allocator of chapters 4 to 7. Chapter 8's scheduler replaces it with the page-granular
+CacheManager (scheduler/cache.py), and chapter 9 adds a radix tree that shares prefixes; from then on only
+chapter 6's teaching ManualBatcher (teaching/manual.py) still uses this one.
 """
 
 from __future__ import annotations
