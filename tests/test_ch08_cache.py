@@ -101,9 +101,9 @@ def test_admission_counts_whole_pages():
     eng = Engine(EngineConfig(path, max_running_reqs=3, max_seq_len=64, page_size=4, num_pages=10))
     sched = Scheduler(eng)  # owns the table and cache managers
     adder = PrefillAdder(token_budget=100, table=sched.table_manager, cache=sched.cache_manager, reserved=0)
-    first = adder.try_add_one(pending(0, 5, 2))  # 6 positions -> 2 pages
+    first = adder.try_add_one(pending(0, 4, 4))  # 7 positions -> 2 pages
     assert first is not None and adder.reserved == 8
-    assert adder.try_add_one(pending(1, 30, 4)) is None, ("33 positions fit in 40 - 6 slots token by token, but "
+    assert adder.try_add_one(pending(1, 30, 4)) is None, ("33 positions fit in 40 - 7 slots token by token, but "
                                                           "take 9 pages = 36 slots; 8 + 36 > 40")
     second = adder.try_add_one(pending(2, 21, 8))  # 28 positions: 7 pages over its life, 6 for its prompt
     assert second is not None and adder.reserved == 36
@@ -111,7 +111,7 @@ def test_admission_counts_whole_pages():
     assert adder.try_add_one(pending(4, 1, 1)) is None, "the table has 3 rows"
     batch = Batch(adder.reqs, "prefill")
     sched.prepare_batch(batch)
-    assert sched.cache_manager.available_size == 40 - 4 * (2 + 6 + 1), "prefill takes the prompt's pages only"
+    assert sched.cache_manager.available_size == 40 - 4 * (1 + 6 + 1), "prefill takes the prompt's pages only"
     eng.forward_batch(batch)
     for r in adder.reqs:
         sched.cache_manager.cache_req(r, finished=True)
@@ -164,4 +164,35 @@ def test_a_request_that_never_fits_is_refused_while_others_finish():
     scheduler.run_until_idle()
     for uid, prompt in enumerate(prompts):
         assert scheduler.finished[uid].output_ids == hf_greedy(name, prompt, 8)
+    assert_clean(scheduler)
+
+
+QUESTION_2_PROMPTS = (list(range(1, 5)), list(range(200, 230)))  # A: 4 tokens, B: 30 tokens, no shared prefix
+
+
+def _run_question_2(count_tokens: bool) -> Scheduler:
+    """Chapter 8's question 2 end to end: 10 pages of 4; A (prompt 4, max_tokens 4) and B (prompt 30, max_tokens 4)."""
+    engine = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, page_size=4,
+                                 num_pages=10))
+    scheduler = Scheduler(engine)
+    if count_tokens:  # admission as chapter 7 counted it: every need in tokens, not whole pages
+        scheduler.cache_manager.slots_to_grow = lambda from_len, to_len: max(to_len - from_len, 0)
+    for uid, prompt in enumerate(QUESTION_2_PROMPTS):
+        scheduler.add_request(PendingReq(uid, torch.tensor(prompt, dtype=torch.int32),
+                                         SamplingParams(max_tokens=4, ignore_eos=True)))
+    scheduler.run_until_idle()
+    return scheduler
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+def test_token_counted_admission_runs_the_pool_dry_and_page_counted_does_not():
+    # Token by token, A (7 positions) and B (33) need 40 of 40 slots, so both start at once. Their prompts take
+    # 1 + 8 pages, A's first decode step takes the last one, and B's third step needs a 10th page while A runs.
+    with pytest.raises(MemoryError, match="1 pages requested, 0"):
+        _run_question_2(count_tokens=True)
+    scheduler = _run_question_2(count_tokens=False)
+    first_prefill_uids = next(uids for kind, uids in scheduler.history if kind == "prefill")
+    assert first_prefill_uids == [0], f"whole pages (8 + 36 > 40) must hold B back until A ends: {scheduler.history}"
+    for uid, prompt in enumerate(QUESTION_2_PROMPTS):
+        assert scheduler.finished[uid].output_ids == hf_greedy("tiny-qwen3", prompt, 4), f"request {uid} differs from HF"
     assert_clean(scheduler)

@@ -1,5 +1,5 @@
 """Chapter 10: chunked prefill (ChunkedReq, PrefillAdder._add_one_req / try_add_one, the token budget) and the
-nano-vllm-style warm-up that shows why chunks bound decode stalls."""
+nano-vllm-style step simulator that shows why chunks bound decode stalls."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder, PrefillManager
 from minisgl.scheduler.scheduler import Scheduler
-from minisgl.scheduler.warmup import Sequence, WarmupScheduler
+from minisgl.teaching.step_sim import Sequence, StepSimulator
 
 CHUNK_STUBS = ("ChunkedReq.append_host", "ChunkedReq.can_decode", "PrefillAdder._add_one_req",
                "PrefillAdder.try_add_one")
-WARMUP_STUBS = ("Sequence.next_chunk", "WarmupScheduler.schedule")
+STEP_SIM_STUBS = ("Sequence.next_chunk", "StepSimulator.schedule")
 LONG_TEXT = ("Paged attention stores the keys and values of every request in fixed-size blocks, so memory is "
              "allocated on demand and shared prefixes can be reused across requests without copying.")
 
@@ -187,10 +187,10 @@ def test_sequence_cursor_moves_chunk_by_chunk():
     assert not seq.is_prefilling and seq.next_chunk(4) == (10, 10)
 
 
-@pytest.mark.stubs(*WARMUP_STUBS)
+@pytest.mark.stubs(*STEP_SIM_STUBS)
 @pytest.mark.parametrize("chunk_size", [1, 5, 16, 1000])
-def test_warmup_every_token_once_and_decode_stalls_are_bounded(chunk_size):
-    sched = WarmupScheduler(chunk_size)
+def test_step_simulator_computes_every_token_once_and_bounds_decode_stalls(chunk_size):
+    sched = StepSimulator(chunk_size)
     seqs = [Sequence(0, 3, 30), Sequence(1, 40, 5), Sequence(2, 17, 8), Sequence(3, 2, 1)]
     for s in seqs:
         sched.add(s)
@@ -208,9 +208,9 @@ def test_warmup_every_token_once_and_decode_stalls_are_bounded(chunk_size):
     assert max(st.num_tokens for st in steps) >= min(chunk_size, 40), "chunks use the budget"
 
 
-@pytest.mark.stubs(*WARMUP_STUBS)
+@pytest.mark.stubs(*STEP_SIM_STUBS)
 def test_without_chunks_one_step_carries_a_whole_prompt():
-    bounded, unbounded = WarmupScheduler(8), WarmupScheduler(10_000)
+    bounded, unbounded = StepSimulator(8), StepSimulator(10_000)
     for sched in (bounded, unbounded):
         sched.add(Sequence(0, 4, 50))
         sched.schedule()

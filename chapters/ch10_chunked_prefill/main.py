@@ -1,5 +1,5 @@
 """Chapter 10 example: chunked prefill with a budget of 16 tokens per batch, traced batch by batch, then the
-warm-up scheduler's view of why chunks bound decode stalls."""
+step simulator's view of why chunks bound decode stalls."""
 
 import torch
 from transformers import AutoModelForCausalLM
@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler.prefill import ChunkedReq
-from minisgl.scheduler.warmup import Sequence, WarmupScheduler
+from minisgl.teaching.step_sim import Sequence, StepSimulator
 from tools.models import model_path_from_env
 
 path = model_path_from_env("smollm2")
@@ -16,7 +16,7 @@ llm = LLM(path, max_running_reqs=4, max_seq_len=256, max_extend_tokens=BUDGET)
 texts = ["Paged attention stores the keys and values of every request in fixed-size blocks, so memory is "
          "allocated on demand and shared prefixes can be reused across requests without copying. A scheduler "
          "then decides, step after step, which requests run together, and the result is that a server",
-         "The cat sat on", "Water boils at"]
+         "The cat sat on the mat and looked out of the window at", "Water boils at"]
 prompts = [llm.tokenizer.encode(t) for t in texts]
 print(f"prompts of {[len(p) for p in prompts]} tokens, max_extend_tokens = {BUDGET}\n")
 
@@ -51,9 +51,9 @@ for text, prompt, out in zip(texts, prompts, outputs):
 llm.scheduler.check_integrity()
 print(f"matches HF greedy: {match}\n")
 
-print("warm-up (no model): 3 sequences decoding when a 64-token prompt arrives; tokens per step")
+print("step simulator (no model): 3 sequences decoding when a 64-token prompt arrives; tokens per step")
 for chunk_size in (64, 16, 8):
-    sched = WarmupScheduler(chunk_size)
+    sched = StepSimulator(chunk_size)
     for i in range(3):
         sched.add(Sequence(i, prompt_len=4, max_tokens=12))
     for _ in range(3):

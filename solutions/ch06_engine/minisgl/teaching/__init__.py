@@ -1,2 +1,5 @@
-"""Teaching-only code: models and hand-driven loops that the chapters use to show an idea. The engine never
-imports this package."""
+"""Teaching-only code: hand-driven loops (chapter 6's ManualBatcher) and model-free simulations (chapter 10's
+step simulator) that make one idea of a chapter visible.
+
+The engine never imports this package; nothing in it runs when requests are served.
+"""

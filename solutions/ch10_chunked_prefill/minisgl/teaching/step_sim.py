@@ -1,4 +1,5 @@
-"""Warm-up: chunked prefill in the style of nano-vllm, without a model, to see why chunks bound decode stalls.
+"""The step simulator: a model-free, nano-vllm-style model of Sarathi's chunked steps, to see why chunks bound
+decode stalls.
 
 Every step runs one chunk of at most `chunk_size` prompt tokens (of the first waiting sequence) together
 with one decode token for every running sequence. However long a newcomer's prompt is, a step never
@@ -7,7 +8,8 @@ that long between two of its tokens. Without chunks a step may carry a whole pro
 sequence stalls behind it.
 
 The engine's own scheduler (chapter 7) runs prefill and decode in separate batches, so there chunking
-bounds the size of each prefill batch; chapter 21 rides decodes along a chunk as this warm-up does.
+bounds the size of each prefill batch; riding decodes along a chunk, as this simulator does, is the job of
+chapter 21 (planned).
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ class Sequence:
     def next_chunk(self, chunk_size: int) -> tuple[int, int]:
         """The prompt positions [start, end) of the next chunk; moves the cursor past them."""
         # TODO(ch10): at most chunk_size tokens from prefill_offset, never past the prompt; advance the cursor.
-        raise NotImplementedError("TODO(ch10): Sequence.next_chunk")
+        # >>> solution
+        start = self.prefill_offset
+        self.prefill_offset = min(start + chunk_size, self.prompt_len)
+        return start, self.prefill_offset
+        # <<< solution
 
 
 @dataclass
@@ -48,7 +54,7 @@ class Step:
         return (self.chunk[2] - self.chunk[1] if self.chunk else 0) + len(self.decode)
 
 
-class WarmupScheduler:
+class StepSimulator:
     def __init__(self, chunk_size: int) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -66,7 +72,23 @@ class WarmupScheduler:
         # TODO(ch10): decode list = the running sequences (each generates one token; drop the finished ones).
         # Then the first waiting sequence's next_chunk; if that was its last chunk, it generated its first
         # token: it leaves the queue and joins running unless already finished.
-        raise NotImplementedError("TODO(ch10): WarmupScheduler.schedule")
+        # >>> solution
+        if not self.waiting and not self.running:
+            return None
+        step = Step(chunk=None, decode=[s.seq_id for s in self.running])
+        for seq in self.running:
+            seq.generated += 1
+        self.running = [s for s in self.running if not s.finished]
+        if self.waiting:
+            seq = self.waiting[0]
+            step.chunk = (seq.seq_id, *seq.next_chunk(self.chunk_size))
+            if not seq.is_prefilling:
+                self.waiting.popleft()
+                seq.generated = 1
+                if not seq.finished:
+                    self.running.append(seq)
+        return step
+        # <<< solution
 
     def run(self) -> list[Step]:
         steps = []
