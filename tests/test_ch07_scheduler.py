@@ -216,3 +216,84 @@ def test_bad_input_is_refused_before_anything_is_queued():
             llm.generate(prompts, params)
         assert llm.scheduler.idle, "nothing was queued"
     assert_clean(llm)
+
+
+class InjectedFault(RuntimeError):
+    """The error a test plants inside a step."""
+
+
+def plant_fault(llm: LLM, where: str, at_call: int, monkeypatch) -> None:
+    """Make the `at_call`-th call of one piece of a step fail: the model's forward pass, the sampler, the
+    per-token callback, or an interrupt (Ctrl-C) in the forward pass."""
+    calls = {"n": 0}
+
+    def failing(original, error):
+        def wrapper(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == at_call:
+                raise error
+            return original(*args, **kwargs)
+        return wrapper
+
+    if where == "forward":
+        monkeypatch.setattr(llm.engine.model, "forward", failing(llm.engine.model.forward, InjectedFault("forward")))
+    elif where == "interrupt":
+        monkeypatch.setattr(llm.engine.model, "forward", failing(llm.engine.model.forward, KeyboardInterrupt()))
+    elif where == "sampler":
+        monkeypatch.setattr(llm.engine.sampler, "sample", failing(llm.engine.sampler.sample, InjectedFault("sample")))
+    else:
+        llm.scheduler.on_token = failing(lambda req, token: None, InjectedFault("on_token"))
+
+
+@pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
+@pytest.mark.parametrize("at_call", [1, 4])
+@pytest.mark.parametrize("where", ["forward", "sampler", "on_token", "interrupt"])
+def test_a_step_that_fails_aborts_the_run_and_the_llm_serves_the_next_call(where, at_call, monkeypatch):
+    name = "tiny-qwen3"
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=96)
+    prompts = prompt_ids(name, 3)
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    plant_fault(llm, where, at_call, monkeypatch)
+    with pytest.raises(KeyboardInterrupt if where == "interrupt" else InjectedFault):
+        llm.generate(prompts, params)
+    assert llm.scheduler.idle and not llm.scheduler.finished, "the failed call's requests were all dropped"
+    assert_clean(llm)
+    monkeypatch.undo()
+    llm.scheduler.on_token = None
+    outputs = llm.generate(prompts, params)
+    for prompt, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, 5), "the call after a failure differs from HF"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("LLM.generate")
+def test_prompts_of_the_wrong_type_are_refused_not_coerced():
+    llm = LLM(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=30)
+    for prompts, message in [
+        ([[5.9, 17.2, 300.7]], "5.9 is not an integer"),
+        ([[True, 5]], "True is not an integer"),
+        ([b"\x05\x06"], "got bytes"),
+        ([[5, 2**31]], "is not an integer in"),
+        ([[5, float("nan")]], "nan is not an integer"),
+        (["bad \ud800 text"], "not valid text"),
+        ([7], "got int"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            llm.generate(prompts, SamplingParams(max_tokens=2))
+        assert llm.scheduler.idle, "nothing was queued"
+    with pytest.raises(ValueError, match="got dict"):
+        llm.generate([[5, 6]], {"max_tokens": 2})
+    numpy = pytest.importorskip("numpy")
+    out = llm.generate([numpy.array([5, 6, 7], dtype=numpy.int64), torch.tensor([5, 6, 7])],
+                       SamplingParams(max_tokens=2, ignore_eos=True))
+    assert out[0]["token_ids"] == out[1]["token_ids"] == hf_greedy("tiny-qwen3", [5, 6, 7], 2)
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("LLM.generate")
+def test_one_text_prompt_is_one_request():
+    llm = LLM(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=30)
+    alone = llm.generate("hello", SamplingParams(max_tokens=3, ignore_eos=True))
+    listed = llm.generate(["hello"], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert len(alone) == 1 and alone == listed, f"a text prompt on its own: {alone} vs {listed}"
+    assert len(llm.scheduler.history) == 3, "history holds the last call's batches only (1 prefill + 2 decodes)"

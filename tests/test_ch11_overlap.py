@@ -4,6 +4,7 @@ outputs are identical with overlap on and off, and no request is finished or fre
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter
 
 import pytest
@@ -17,6 +18,7 @@ from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
+from test_ch07_scheduler import InjectedFault, plant_fault
 from test_ch10_chunked_prefill import check_trace, trace_run
 
 LOOP_STUBS = ("Scheduler.overlap_step", "Scheduler._launch", "Scheduler._process_last_data",
@@ -188,3 +190,86 @@ def test_cuda_loop_on_its_own_stream_matches_hf(name):
         assert all(v == 1 for v in frees.values()) and len(frees) == 3
         assert_clean(llm)
     assert runs[True] == runs[False] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
+
+
+FAULT_SETTINGS = list(itertools.product(["naive", "radix"], [1, 4], [False, True]))
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+@pytest.mark.parametrize("cache_type,page_size,overlap", FAULT_SETTINGS)
+def test_a_fault_anywhere_in_a_step_leaves_the_engine_consistent(cache_type, page_size, overlap, monkeypatch):
+    """Every kind of fault at a point drawn from a fixed seed, with chunks, shared prefixes and batches in flight:
+    the error comes out, nothing leaks, and the same LLM then matches HF greedy."""
+    name = "tiny-qwen3"
+    tok = tokenizer(name)
+    shared = tok.encode("A cache of keys and values saves work, ")
+    prompts = [shared + tok.encode(t) for t in ("and time.", "so the next step is fast.")] + prompt_ids(name, 2)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    rng = random.Random(f"{cache_type}-{page_size}-{overlap}")
+    llm = LLM(model_path(name), max_running_reqs=3, max_seq_len=128, max_extend_tokens=8, page_size=page_size,
+              cache_type=cache_type, overlap=overlap, num_pages=160 // page_size)
+    for where in ("forward", "sampler", "on_token", "interrupt"):
+        at_call = rng.randint(1, 10)
+        plant_fault(llm, where, at_call, monkeypatch)
+        with pytest.raises(KeyboardInterrupt if where == "interrupt" else InjectedFault):
+            llm.generate(prompts, params)
+        assert llm.scheduler.idle and not llm.scheduler.finished, f"{where} at call {at_call}: requests left over"
+        assert_clean(llm)
+        monkeypatch.undo()
+        llm.scheduler.on_token = None
+    outputs = llm.generate(prompts, params)
+    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, 6) for p in prompts]
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_abort_from_the_token_callback_frees_the_request_once(overlap):
+    name = "tiny-qwen3"
+    llm = LLM(model_path(name), max_running_reqs=3, max_seq_len=96, overlap=overlap)
+    prompts = prompt_ids(name, 3)
+    frees = count_frees(llm.scheduler)
+    victims = {0: 2, 2: 1}  # request uid -> after how many tokens request 0's callback aborts it
+    seen = Counter()
+
+    def on_token(req, token):
+        seen[req.uid] += 1
+        for uid, after in victims.items():
+            if req.uid == 0 and seen[0] == after:
+                llm.scheduler.abort_request(uid)
+
+    scheduler = llm.scheduler
+    scheduler.on_token = on_token
+    for uid, p in enumerate(prompts):
+        scheduler.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32),
+                                         SamplingParams(max_tokens=6, ignore_eos=True)))
+    scheduler.run_until_idle()
+    assert sorted(scheduler.finished) == [1], "the two aborted requests never finish"
+    assert scheduler.finished[1].output_ids == hf_greedy(name, prompts[1], 6)
+    assert (seen[0], seen[2]) == (2, 0), f"no token is recorded after an abort (2 goes in 0's batch): {dict(seen)}"
+    assert all(n == 1 for n in frees.values()), f"a request was freed twice: {dict(frees)}"
+    assert_clean(llm)
+
+
+def random_workload(seed: int, vocab: int) -> tuple[dict, list[list[int]], list[int]]:
+    """An engine setting and a few requests, all drawn from `seed`: prompts share prefixes now and then."""
+    rng = random.Random(seed)
+    config = dict(page_size=rng.choice([1, 4, 16]), cache_type=rng.choice(["naive", "radix"]),
+                  overlap=rng.random() < 0.5, max_extend_tokens=rng.choice([8, 16, 64]),
+                  max_running_reqs=rng.choice([2, 3, 4]))
+    base = [rng.randrange(vocab) for _ in range(24)]
+    prompts = [base[: rng.randint(1, 24)] + [rng.randrange(vocab) for _ in range(rng.randint(1, 24))]
+               for _ in range(rng.randint(3, 6))]
+    return config, prompts, [rng.randint(1, 10) for _ in prompts]
+
+
+@pytest.mark.stubs(*LOOP_STUBS)
+@pytest.mark.parametrize("seed", range(6))
+def test_random_workloads_match_hf_greedy(seed):
+    name = "tiny-qwen3"
+    config, prompts, max_tokens = random_workload(seed, vocab=tokenizer(name).vocab_size)
+    llm = LLM(model_path(name), max_seq_len=64, num_pages=2048 // config["page_size"], **config)
+    outputs = llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens])
+    for prompt, n, out in zip(prompts, max_tokens, outputs):
+        assert out["token_ids"] == hf_greedy(name, prompt, n), f"seed {seed}, {config}: prompt {prompt} differs"
+    assert_clean(llm)

@@ -90,6 +90,15 @@ class CacheManager:
         index = (rows.to(self.device, non_blocking=True), cols.to(self.device, non_blocking=True))
         self.page_table[index] = slots.to(self.device, non_blocking=True)
 
+    def release_paged(self, reqs: Sequence[Req], ends: Sequence[int]) -> None:
+        """Undo allocate_paged for requests whose forward pass never finished: the pages of positions
+        cached_len..end-1 (end: each request's device_len when its pages were allocated) go back."""
+        ps = self.page_size
+        for req, end in zip(reqs, ends):
+            first, last = div_ceil(req.cached_len, ps) * ps, div_ceil(end, ps) * ps
+            if first < last:
+                self.free(self.page_table[req.table_idx, first:last])
+
     def free(self, slots: torch.Tensor) -> None:
         """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
         at a page's first slot; a shorter last page is the request's partly filled page. ValueError, and nothing
@@ -128,7 +137,7 @@ class CacheManager:
           [new, cached_len)   the partly filled last page, which the cache does not take: freed when finished
         """
         # TODO(ch09): insert the whole pages of input_ids[:cached_len] with their slots from the page-table
-        # row; unlock the old handle (None counts as nothing cached); free the duplicates [old, existed). When
+        # row (only ids the host has: with overlap, chapter 11, input_ids can lag cached_len); unlock the old handle (None counts as nothing cached); free the duplicates [old, existed). When
         # finished, also free the pages from new.cached_len up to cached_len rounded up to a page. Otherwise
         # point the row's [old, existed) at the cache's slots (ours were just freed), keep the new handle on
         # the request, and lock it.

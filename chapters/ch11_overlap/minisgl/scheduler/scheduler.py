@@ -51,6 +51,7 @@ class Scheduler:
         self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
         self.finished: dict[int, Req] = {}
+        self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
@@ -98,6 +99,7 @@ class Scheduler:
         """Give back the request's KV pages and its table row."""
         self.cache_manager.cache_req(req, finished=True)
         self.table_manager.free(req.table_idx)
+        self._live.pop(req.uid, None)
 
     def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
         """Record each request's new token; finished requests leave and free everything they hold."""
@@ -105,7 +107,8 @@ class Scheduler:
         # aborted) can sit in the batch launched before that was known; its extra token is not recorded and
         # it is not freed twice. Append the token (on_token too); a finished request leaves the decode set if
         # it is there, is freed and stored in self.finished; an unfinished one of a prefill batch hands its
-        # prompt to the prefix cache. Afterwards self._freed holds exactly the requests freed here.
+        # prompt to the prefix cache. Afterwards self._freed holds the requests freed while processing (those
+        # that finished here, and any that on_token aborted: abort_request adds them to self._freed).
         raise NotImplementedError("TODO(ch11): Scheduler._process_last_data")
 
     def abort_request(self, uid: int) -> bool:
@@ -129,10 +132,37 @@ class Scheduler:
                 return True
         return False
 
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        """Prepare a batch and run it. A forward pass that fails (or is interrupted) gives back the KV slots it
+        took first: its requests are then exactly as they were before the step, and can be aborted cleanly."""
+        if batch.is_prefill:
+            self._live.update((r.uid, r) for r in batch.reqs)  # admitted: each holds a row from now on
+        ends = [r.device_len for r in batch.reqs]
+        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        try:
+            if self.on_batch is not None:
+                self.on_batch(batch)
+            return self.engine.forward_batch(batch)
+        except BaseException:
+            self.cache_manager.release_paged(batch.reqs, ends)
+            raise
+
+    def abort_all(self) -> None:
+        """Drop every request, waiting, admitted or in flight, freeing what it holds, and forget results nobody
+        collected. run_until_idle calls it when a step fails or is interrupted, so the same scheduler serves
+        the next call; a batch still in flight is dropped with its requests."""
+        with self._on_stream():
+            self.prefill_manager.pending.clear()
+            for req in list(self._live.values()):
+                self._free(req)
+            self.decode_manager.running.clear()
+            self.finished.clear()
+            self._freed.clear()
+
     def _launch(self, batch: Batch) -> ForwardData:
         """Run a batch without waiting for its tokens to reach the CPU."""
-        # TODO(ch11): prepare the batch (self.prepare_batch), call on_batch, run engine.forward_batch and
-        # record (phase, uids) in history. Prefill requests that can decode join the decode set now, so the
+        # TODO(ch11): run the batch (self._forward: it prepares the batch, calls on_batch and runs the engine)
+        # and record (phase, uids) in history. Prefill requests that can decode join the decode set now, so the
         # next batch (scheduled before these results are processed) decodes them. On CUDA start a
         # non_blocking copy of the tokens to pinned CPU memory and record an event after it; on the CPU the
         # tokens are ready as they are (event None).
@@ -168,13 +198,19 @@ class Scheduler:
         self.cache_manager.check_integrity()
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
-        if self.stream is None:
-            return self._run(on_step)
-        self.stream.wait_stream(torch.cuda.current_stream())  # weights and buffers written before the loop
+        """Step until nothing waits or runs. If anything fails on the way (the forward pass, the sampler, a
+        callback) or the run is interrupted (Ctrl-C), every request is aborted and freed before the error goes
+        on: the scheduler stays consistent and serves the next call."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream())  # weights and buffers written before the loop
         try:
             self._run(on_step)
+        except BaseException:
+            self.abort_all()
+            raise
         finally:
-            torch.cuda.current_stream().wait_stream(self.stream)  # callers see everything the loop wrote
+            if self.stream is not None:
+                torch.cuda.current_stream().wait_stream(self.stream)  # callers see everything the loop wrote
 
     def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")

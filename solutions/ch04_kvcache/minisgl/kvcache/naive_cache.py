@@ -52,6 +52,13 @@ class NaiveCacheManager:
             page_table[req.table_idx, req.cached_len : req.device_len] = slots[start : start + req.extend_len]
             start += req.extend_len
 
+    def release_rows(self, reqs: list[Req], ends: list[int], page_table: torch.Tensor) -> None:
+        """Undo allocate_rows for requests whose forward pass never finished: the slots of positions
+        cached_len..end-1 go back (end: each request's device_len when its slots were allocated)."""
+        for req, end in zip(reqs, ends):
+            if req.cached_len < end:
+                self.free(page_table[req.table_idx, req.cached_len : end])
+
     def free(self, slots: torch.Tensor) -> None:
         """Give slots back. Freeing a slot that is already free is a bug and raises ValueError."""
         # TODO(ch04): reject slots out of range, already free (their _is_free flag) or repeated (ValueError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,23 +36,51 @@ class LLM:
             self._tokenizer = AutoTokenizer.from_pretrained(self.engine.config.model_path)
         return self._tokenizer
 
-    def _pending(self, prompts: list[Prompt], params: SamplingParams | list[SamplingParams]) -> list[PendingReq]:
+    def _pending(self, prompts: Prompt | list[Prompt], params: SamplingParams | list[SamplingParams] | None,
+                 ) -> list[PendingReq]:
+        if isinstance(prompts, str):  # one text prompt, not a list of one-character ones
+            prompts = [prompts]
+        prompts = list(prompts)
         if isinstance(params, SamplingParams) or params is None:
             params = [params or SamplingParams()] * len(prompts)
+        elif not isinstance(params, (list, tuple)):
+            raise ValueError(f"sampling_params must be a SamplingParams or a list of them, got {type(params).__name__}")
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         out = []
-        for prompt, p in zip(prompts, params):
-            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        for i, (prompt, p) in enumerate(zip(prompts, params)):
+            ids = self._token_ids(prompt, i)
             pending = PendingReq(self._next_uid + len(out), torch.tensor(ids, dtype=torch.int32), p)
             self.scheduler.check_request(pending)  # all checked before any is queued: bad input loses nothing
             out.append(pending)
         return out
 
-    def generate(self, prompts: list[Prompt], sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 ) -> list[dict]:
-        """[{"text", "token_ids"}] in the order of `prompts`. Every prompt is checked before any is queued."""
-        pending = self._pending(list(prompts), sampling_params)
+    def _token_ids(self, prompt: Prompt, index: int) -> list[int]:
+        """A prompt as a list of Python ints: text is tokenized; a token-id prompt must hold integers (numpy and
+        torch integer scalars, arrays and tensors too), never bools, floats or bytes, each below 2**31 (ValueError otherwise)."""
+        if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"prompt {index} is not valid text: {e.reason} at character {e.start}") from None
+            return self.tokenizer.encode(prompt)
+        if hasattr(prompt, "tolist"):  # a numpy array or a torch tensor of ids
+            prompt = prompt.tolist()
+        if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Sequence):
+            raise ValueError(f"prompt {index} must be text or a list of token ids, got {type(prompt).__name__}")
+        ids = list(prompt)
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= int(t) < 2**31:
+                raise ValueError(f"prompt {index}: token id {t!r} is not an integer in [0, 2**31)")
+        return [int(t) for t in ids]
+
+    def generate(self, prompts: Prompt | list[Prompt],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[dict]:
+        """[{"text", "token_ids"}] in the order of `prompts` (one text prompt may stand alone). Every prompt is
+        checked before any is queued. If the run fails or is interrupted, its requests are aborted and freed and
+        the error goes on; the LLM serves the next call."""
+        pending = self._pending(prompts, sampling_params)
+        self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         # TODO(ch07): queue every request, run the scheduler until idle with a tqdm bar of finished requests
         # (disabled when ENV.QUIET), and return the outputs in input order, popping them from scheduler.finished.
         # >>> solution

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
@@ -32,6 +34,7 @@ class Scheduler:
         self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
         self.decode_manager = DecodeManager()
         self.finished: dict[int, Req] = {}
+        self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
 
@@ -76,6 +79,7 @@ class Scheduler:
         """Give back the request's KV slots (positions 0..cached_len-1) and its table row."""
         self.cache_manager.free(self.table_manager.page_table[req.table_idx, : req.cached_len])
         self.table_manager.free(req.table_idx)
+        self._live.pop(req.uid, None)
 
     def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
         """Record each request's new token; finished requests leave and free everything they hold."""
@@ -98,13 +102,34 @@ class Scheduler:
         self.decode_manager.add(joined)
         # <<< solution
 
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        """Prepare a batch and run it. A forward pass that fails (or is interrupted) gives back the KV slots it
+        took first: its requests are then exactly as they were before the step, and can be aborted cleanly."""
+        if batch.is_prefill:
+            self._live.update((r.uid, r) for r in batch.reqs)  # admitted: each holds a row from now on
+        ends = [r.device_len for r in batch.reqs]
+        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        try:
+            return self.engine.forward_batch(batch)
+        except BaseException:
+            self.cache_manager.release_rows(batch.reqs, ends, self.table_manager.page_table)
+            raise
+
+    def abort_all(self) -> None:
+        """Drop every request, waiting or admitted, freeing what it holds, and forget results nobody collected.
+        run_until_idle calls it when a step fails or is interrupted, so the same scheduler serves the next call."""
+        self.prefill_manager.pending.clear()
+        for req in list(self._live.values()):
+            self._free(req)
+        self.decode_manager.running.clear()
+        self.finished.clear()
+
     def step(self) -> Batch | None:
         """Run one batch; None when there is nothing to do."""
         batch = self.schedule_next_batch()
         if batch is None:
             return None
-        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
-        next_tokens = self.engine.forward_batch(batch).tolist()
+        next_tokens = self._forward(batch).tolist()
         self._process_last_data(batch, next_tokens)
         self.history.append((batch.phase, [r.uid for r in batch.reqs]))
         return batch
@@ -115,8 +140,15 @@ class Scheduler:
         self.cache_manager.check_integrity()
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
-        while not self.idle:
-            if self.step() is None:
-                raise RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-            if on_step is not None:
-                on_step()
+        """Step until nothing waits or runs. If anything fails on the way (the forward pass, the sampler, a
+        callback) or the run is interrupted (Ctrl-C), every request is aborted and freed before the error goes
+        on: the scheduler stays consistent and serves the next call."""
+        try:
+            while not self.idle:
+                if self.step() is None:
+                    raise RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
+                if on_step is not None:
+                    on_step()
+        except BaseException:
+            self.abort_all()
+            raise

@@ -86,6 +86,15 @@ class CacheManager:
         self.page_table[index] = slots.to(self.device, non_blocking=True)
         # <<< solution
 
+    def release_paged(self, reqs: Sequence[Req], ends: Sequence[int]) -> None:
+        """Undo allocate_paged for requests whose forward pass never finished: the pages of positions
+        cached_len..end-1 (end: each request's device_len when its pages were allocated) go back."""
+        ps = self.page_size
+        for req, end in zip(reqs, ends):
+            first, last = div_ceil(req.cached_len, ps) * ps, div_ceil(end, ps) * ps
+            if first < last:
+                self.free(self.page_table[req.table_idx, first:last])
+
     def free(self, slots: torch.Tensor) -> None:
         """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
         at a page's first slot; a shorter last page is the request's partly filled page. ValueError, and nothing

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
@@ -32,6 +34,7 @@ class Scheduler:
         self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
         self.finished: dict[int, Req] = {}
+        self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
@@ -72,6 +75,7 @@ class Scheduler:
         """Give back the request's KV pages and its table row."""
         self.cache_manager.cache_req(req, finished=True)
         self.table_manager.free(req.table_idx)
+        self._live.pop(req.uid, None)
 
     def _process_last_data(self, batch: Batch, next_tokens: list[int]) -> None:
         """Record each request's new token; finished requests leave and free everything they hold."""
@@ -107,15 +111,36 @@ class Scheduler:
                 return True
         return False
 
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        """Prepare a batch and run it. A forward pass that fails (or is interrupted) gives back the KV slots it
+        took first: its requests are then exactly as they were before the step, and can be aborted cleanly."""
+        if batch.is_prefill:
+            self._live.update((r.uid, r) for r in batch.reqs)  # admitted: each holds a row from now on
+        ends = [r.device_len for r in batch.reqs]
+        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
+        try:
+            if self.on_batch is not None:
+                self.on_batch(batch)
+            return self.engine.forward_batch(batch)
+        except BaseException:
+            self.cache_manager.release_paged(batch.reqs, ends)
+            raise
+
+    def abort_all(self) -> None:
+        """Drop every request, waiting or admitted, freeing what it holds, and forget results nobody collected.
+        run_until_idle calls it when a step fails or is interrupted, so the same scheduler serves the next call."""
+        self.prefill_manager.pending.clear()
+        for req in list(self._live.values()):
+            self._free(req)
+        self.decode_manager.running.clear()
+        self.finished.clear()
+
     def step(self) -> Batch | None:
         """Run one batch; None when there is nothing to do."""
         batch = self.schedule_next_batch()
         if batch is None:
             return None
-        self.prepare_batch(batch)  # KV slots for the new tokens, then the flattened inputs
-        if self.on_batch is not None:
-            self.on_batch(batch)
-        next_tokens = self.engine.forward_batch(batch).tolist()
+        next_tokens = self._forward(batch).tolist()
         self._process_last_data(batch, next_tokens)
         self.history.append((batch.phase, [r.uid for r in batch.reqs]))
         return batch
@@ -126,8 +151,15 @@ class Scheduler:
         self.cache_manager.check_integrity()
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
-        while not self.idle:
-            if self.step() is None:
-                raise RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-            if on_step is not None:
-                on_step()
+        """Step until nothing waits or runs. If anything fails on the way (the forward pass, the sampler, a
+        callback) or the run is interrupted (Ctrl-C), every request is aborted and freed before the error goes
+        on: the scheduler stays consistent and serves the next call."""
+        try:
+            while not self.idle:
+                if self.step() is None:
+                    raise RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
+                if on_step is not None:
+                    on_step()
+        except BaseException:
+            self.abort_all()
+            raise
