@@ -98,7 +98,7 @@ def test_pad_batch_appends_padding_requests_that_write_to_the_padding_page(small
     dummy = padded.reqs[3]
     assert dummy.table_idx == e.padding_row and dummy.extend_len == 1 and dummy.cached_len == 0
     padding_slot = e.num_pages * e.config.page_size
-    assert padding_slot // e.config.page_size == e.cache.num_pages, "the padding page is not the cache manager's"
+    assert padding_slot // e.config.page_size == small_llm.scheduler.cache_manager.num_pages, "not a page the cache manager hands out"
     assert padded.input_ids.tolist() == batch.input_ids.tolist() + [0]
     assert padded.positions.tolist() == batch.positions.tolist() + [0]
     assert padded.out_loc.tolist() == batch.out_loc.tolist() + [padding_slot]
@@ -141,7 +141,7 @@ def test_replay_equals_the_eager_forward_pass_batch_after_batch(small_llm):
         from minisgl.core import Batch
 
         sub = Batch([batch.reqs[i] for i in members], "decode")
-        small_flatten(llm, sub)
+        flatten(small_llm, sub)
         with torch.inference_mode():
             got = runner.replay(sub).clone()
         want = eager_logits(small_llm, sub)
