@@ -369,6 +369,12 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join((prefix + line) if line.strip() else "" for line in text.splitlines())
 
 
+def _chapter_page(number: int) -> str | None:
+    """chapters/chNN_slug.md (docs-relative) of a chapter's page, None while it has none."""
+    found = sorted((ROOT / "docs" / "chapters").glob(f"ch{number:02d}_*.md"))
+    return f"chapters/{found[0].name}" if found else None
+
+
 def problem_page(problem) -> str:
     """The markdown of one problem's page: statement, the browser judge, the explanation folded."""
     import base64
@@ -385,11 +391,16 @@ def problem_page(problem) -> str:
     # base64: nothing in the sources can close the <script> element or be touched by markdown.
     payload = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
     tags = "".join(f" · `{t}`" for t in problem.tags)
+    chapter_page = _chapter_page(problem.chapter)
+    chapter_link = f" · [Chapter {problem.chapter}](../{chapter_page})" if chapter_page else ""
     explanation = problem.explanation or "_No explanation yet._"
     title = json.dumps(problem.title)
     return f"""---
 title: {title}
 ---
+
+[← All problems](index.md){chapter_link}
+{{ .practice-back }}
 
 # {problem.title}
 
@@ -493,7 +504,7 @@ def on_config(config, **kwargs):
 
 
 def on_files(files, config, **kwargs):
-    """One generated page per practice problem: practice/<id>.md (not in the nav; the tables link them)."""
+    """One generated page per practice problem: practice/<id>.md (on_nav puts them under Practice)."""
     from mkdocs.structure.files import File, InclusionLevel
 
     try:
@@ -506,6 +517,54 @@ def on_files(files, config, **kwargs):
             raise PluginError(f"course: docs/{uri} exists, but the hook generates it from practice/problems/{p.id}/")
         files.append(File.generated(config, uri, content=problem_page(p), inclusion=InclusionLevel.NOT_IN_NAV))
     return files
+
+
+def _stage_page_as_index(section) -> None:
+    """A stage page (stages/*.md) is its section's index: the section title links to it and the sidebar
+    does not list the stage a second time under its own name (navigation.indexes only knows index.md)."""
+    from mkdocs.structure.pages import Page
+
+    first = section.children[0] if section.children else None
+    if isinstance(first, Page) and first.file.src_uri.startswith("stages/") and not first.is_index:
+        first.__class__ = type("StageIndexPage", (type(first),), {"is_index": property(lambda self: True)})
+
+
+def _add_problem_pages(nav, files) -> None:
+    """Practice becomes a section: its index, then one subsection per chapter with its problem pages, so a
+    problem page has the site navigation and previous/next links like any other page."""
+    from mkdocs.structure.nav import Section, _add_previous_and_next_links
+
+    index = next((p for p in nav.pages if p.file.src_uri == f"{PRACTICE_DIR}/index.md"), None)
+    if index is None:
+        return
+    practice = index.parent
+    if practice is None:  # `Practice: practice/index.md`: wrap the page in a section of that name
+        practice = Section(index.title or "Practice", [index])
+        nav.items[nav.items.index(index)] = practice
+        index.parent = practice
+    by_chapter: dict[int, list] = {}
+    for problem in _problems():
+        page = files.get_file_from_path(f"{PRACTICE_DIR}/{problem.id}.md").page
+        by_chapter.setdefault(problem.chapter, []).append(page)
+    for number, pages in sorted(by_chapter.items()):
+        section = Section(f"Chapter {number}", pages)
+        section.parent = practice
+        for page in pages:
+            page.parent = section
+        practice.children.append(section)
+    after = nav.pages.index(index) + 1
+    nav.pages[after:after] = [page for _, pages in sorted(by_chapter.items()) for page in pages]
+    _add_previous_and_next_links(nav.pages)
+
+
+def on_nav(nav, config, files, **kwargs):
+    from mkdocs.structure.nav import Section
+
+    for item in nav.items:
+        if isinstance(item, Section):
+            _stage_page_as_index(item)
+    _add_problem_pages(nav, files)
+    return nav
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
