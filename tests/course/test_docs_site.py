@@ -117,6 +117,37 @@ def test_site_builds_without_external_assets(built_site: Path):
     assert not problems, "the site is not self-contained:\n" + "\n".join(problems)
 
 
+def _sidebar_entries(html: str, title: str) -> int:
+    """How many sidebar entries (section labels and page links) carry this title."""
+    return len(re.findall(r'<span class="md-ellipsis">\s*' + re.escape(title) + r"\s*</span>", html))
+
+
+def test_each_stage_is_listed_once_in_the_nav(built_site: Path):
+    html = (built_site / "index.html").read_text(encoding="utf-8")
+    stages = re.findall(r'class="md-tabs__link">\s*(Stage \d: [^<]+?)\s*</a>', html)
+    assert stages, "no stage section in the nav"
+    twice = {t: n for t in stages if (n := _sidebar_entries(html, t)) != 1}
+    assert not twice, f"stages listed more than once (or not at all) in the sidebar: {twice}"
+
+
+def test_problem_pages_link_back_and_have_previous_next(built_site: Path):
+    problems = sorted(p for p in (built_site / "practice").glob("*/index.html"))
+    assert problems, "no practice problem page was built"
+    missing = []
+    for page in problems:
+        html = page.read_text(encoding="utf-8")
+        rel = page.relative_to(built_site).as_posix()
+        if not re.search(r'<p class="practice-back"><a href="\.\./">', html):
+            missing.append(f"{rel}: no link back to all problems")
+        if not re.search(r'class="practice-back">.*?href="\.\./\.\./chapters/ch\d\d_\w+/"', html):
+            missing.append(f"{rel}: no link to its chapter")
+        if "md-footer__link--prev" not in html:
+            missing.append(f"{rel}: no previous link")
+        if not re.search(r'class="md-nav__link[^"]*md-nav__link--active', html):
+            missing.append(f"{rel}: the page is not in the sidebar navigation")
+    assert not missing, "\n".join(missing)
+
+
 # ------------------------------------------------------------------------------ browser check
 
 
