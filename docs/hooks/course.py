@@ -13,7 +13,9 @@ admonition or a content tab; the expansion keeps the indentation):
                                                    title linked to its page
 
 The hook also generates one page per practice problem (practice/<id>.md, from practice/problems/<id>/:
-statement, the browser judge's editor and buttons, the explanation folded); practice.js runs it.
+links back to all problems and the chapter, statement, the browser judge's editor and buttons, the
+explanation folded; practice.js runs it) and puts those pages in the nav under Practice > Chapter N.
+A stage page (stages/*.md) becomes its nav section's index, so the stage is listed once.
 
 Code that holds a TODO stub (a `# >>> solution` ... `# <<< solution` block) shows twice: the learner's
 skeleton version (TODO comment and `raise NotImplementedError`) open, and the reference folded below it
