@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from runner import run  # noqa: E402
+from runner import run, where  # noqa: E402
 
 PROBLEMS = HERE / "problems"
 MINE = HERE / "mine"
@@ -91,8 +91,10 @@ def report(result: dict, quiet: bool = False) -> None:
             if not quiet:
                 print(f"  pass   {r['name']}")
         else:
-            where = f" (tests.py line {r['line']})" if r["line"] else ""
-            print(f"  FAIL   {r['name']}{where}: {r['message']}")
+            called = f" (tests.py line {r['line']})" if r["line"] else ""
+            print(f"  FAIL   {r['name']}{called}: {r['message']}")
+            if r.get("at"):
+                print(f"         in your code: {where(r['at'])}")
     passed = sum(r["passed"] for r in result["results"])
     print(f"  {passed}/{len(result['results'])} tests passed")
 
@@ -128,7 +130,7 @@ def cmd_judge(problem_id: str, file: str | None, examples: bool) -> int:
         print(f"{path} does not exist: run `python practice/judge.py start {p.id}` first")
         return 2
     print(f"{p.id}: judging {path}{' (examples only)' if examples else ''}")
-    result = run(path.read_text(), p.source("tests.py"), examples_only=examples)
+    result = run(path.read_text(), p.source("tests.py"), examples_only=examples, solution_file=str(path))
     report(result)
     return 0 if result["ok"] else 1
 

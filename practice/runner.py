@@ -5,6 +5,10 @@ problem's tests.py runs against it: every `test_*` function, in file order, each
 failed with its assertion message. `EXAMPLES` in tests.py names the tests shown to the learner (Run);
 Submit runs them all. Under CPython a per-test time limit interrupts infinite loops; in the browser
 the page kills the whole worker instead (signals do not exist there).
+
+An exception that comes out of the learner's code is reported with the learner's own line (file, line
+number, source line) as well as the tests.py line that called it; a NotImplementedError from the
+learner's code says plainly that the starter is unchanged.
 """
 
 from __future__ import annotations
@@ -31,10 +35,14 @@ def load_module(name: str, source: str, filename: str) -> types.ModuleType:
     return module
 
 
+SOLUTION_FILE = "solution.py"  # the file name the learner's code is compiled under (the browser shows it)
+
+
 def _message(exc: BaseException) -> str:
     if isinstance(exc, AssertionError):
         return str(exc) or "assertion failed"
-    return f"{type(exc).__name__}: {exc}"
+    text = exc.msg if isinstance(exc, SyntaxError) else str(exc)  # the line is reported apart
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _line_of(exc: BaseException, filename: str) -> int | None:
@@ -43,6 +51,36 @@ def _line_of(exc: BaseException, filename: str) -> int | None:
         if frame.filename == filename:
             return frame.lineno
     return None
+
+
+def _learner_frame(exc: BaseException, filename: str, source: str) -> dict | None:
+    """The innermost frame of the learner's code in the traceback: {file, line, code, function}."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    if isinstance(exc, SyntaxError) and exc.filename == filename and exc.lineno:
+        lineno, function = exc.lineno, None
+    elif frames:
+        lineno, function = frames[-1].lineno, frames[-1].name
+    else:
+        return None
+    lines = source.splitlines()
+    code = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+    return {"file": filename, "line": lineno, "code": code,
+            "function": None if function in (None, "<module>") else function}
+
+
+def _explain(exc: BaseException, frame: dict | None) -> str:
+    """The verdict's message: a still-unimplemented starter is named as such."""
+    if isinstance(exc, NotImplementedError) and frame is not None:
+        name = f"{frame['function']}()" if frame["function"] else "your code"
+        return f"your function {name} still raises NotImplementedError (starter unchanged)"
+    return _message(exc)
+
+
+def where(frame: dict | None) -> str:
+    """`solution.py line 5: return a / b`, the learner's line as both judges print it."""
+    if frame is None:
+        return ""
+    return f"{frame['file']} line {frame['line']}" + (f": {frame['code']}" if frame["code"] else "")
 
 
 class _Limit:
@@ -73,30 +111,42 @@ def _in_main_thread() -> bool:
 
 
 def run(solution_source: str, tests_source: str, examples_only: bool = False,
-        time_limit: float | None = DEFAULT_TIME_LIMIT) -> dict:
-    """Judge one submission. Returns {"ok", "error", "results": [{"name", "passed", "message", "line", "seconds"}]}."""
+        time_limit: float | None = DEFAULT_TIME_LIMIT, solution_file: str = SOLUTION_FILE) -> dict:
+    """Judge one submission.
+
+    Returns {"ok", "error", "error_at", "results": [{"name", "passed", "message", "line", "at", "seconds"}]}:
+    `line` is the tests.py line of a failure, `at` (or `error_at` when the code does not load) the learner's
+    frame {file, line, code, function} when the exception came out of the learner's code, else None.
+    """
     try:
         with _Limit(time_limit):
-            load_module("solution", solution_source, "solution.py")
+            load_module("solution", solution_source, solution_file)
     except BaseException as exc:  # noqa: BLE001 - any error in the learner's module is a verdict, not a crash
-        return {"ok": False, "error": f"your code does not load: {_message(exc)}", "results": []}
+        at = _learner_frame(exc, solution_file, solution_source)
+        error = f"your code does not load: {_message(exc)}" + (f" ({where(at)})" if at else "")
+        return {"ok": False, "error": error, "error_at": at, "results": []}
     tests = load_module("problem_tests", tests_source, "tests.py")
     names = [n for n, f in vars(tests).items() if n.startswith("test_") and callable(f)]
     if examples_only:
         names = [n for n in names if n in getattr(tests, "EXAMPLES", ())]
-    results = []
-    for name in names:
-        start = time.perf_counter()
-        try:
-            with _Limit(time_limit):
-                getattr(tests, name)()
-            passed, message, line = True, "", None
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            passed, message, line = False, _message(exc), _line_of(exc, "tests.py")
-            if isinstance(exc, AssertionError) and not str(exc) and line:
-                message = "failed: " + tests_source.splitlines()[line - 1].strip()  # show the check itself
-        results.append({"name": name, "passed": passed, "message": message, "line": line,
-                        "seconds": round(time.perf_counter() - start, 4)})
-    return {"ok": bool(results) and all(r["passed"] for r in results), "error": "", "results": results}
+    results = [_run_one(tests, name, tests_source, solution_source, solution_file, time_limit) for name in names]
+    return {"ok": bool(results) and all(r["passed"] for r in results), "error": "", "error_at": None,
+            "results": results}
+
+
+def _run_one(tests: types.ModuleType, name: str, tests_source: str, solution_source: str,
+             solution_file: str, time_limit: float | None) -> dict:
+    start = time.perf_counter()
+    passed, message, line, at = True, "", None, None
+    try:
+        with _Limit(time_limit):
+            getattr(tests, name)()
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        at = _learner_frame(exc, solution_file, solution_source)  # None when it surfaced in tests.py
+        passed, message, line = False, _explain(exc, at), _line_of(exc, "tests.py")
+        if isinstance(exc, AssertionError) and not str(exc) and line:
+            message = "failed: " + tests_source.splitlines()[line - 1].strip()  # show the check itself
+    return {"name": name, "passed": passed, "message": message, "line": line, "at": at,
+            "seconds": round(time.perf_counter() - start, 4)}

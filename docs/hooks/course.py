@@ -13,9 +13,13 @@ admonition or a content tab; the expansion keeps the indentation):
                                                    title linked to its page
 
 The hook also generates one page per practice problem (practice/<id>.md, from practice/problems/<id>/:
-statement, the browser judge's editor and buttons, the explanation folded); practice.js runs it.
+links back to all problems and the chapter, statement, the browser judge's editor and buttons, the
+explanation folded; practice.js runs it) and puts those pages in the nav under Practice > Chapter N.
+A stage page (stages/*.md) becomes its nav section's index, so the stage is listed once.
 
-Solution marker lines (`# >>> solution` / `# <<< solution`) are removed from included code.
+Code that holds a TODO stub (a `# >>> solution` ... `# <<< solution` block) shows twice: the learner's
+skeleton version (TODO comment and `raise NotImplementedError`) open, and the reference folded below it
+(closed, titled "Reference solution: ..."); given code shows once, open. Marker lines never show.
 Any problem (missing file, missing symbol, unknown directive, missing output) fails the build with
 a PluginError naming the page and line.
 """
@@ -141,22 +145,28 @@ def _stmt_source(lines: list[str], stmt: ast.stmt) -> str:
     return "".join(out)
 
 
-def extract_code(rel: str, symbol: str | None = None) -> str:
-    """The text to show for `::code rel [symbol]`: marker lines removed, trailing newline."""
+def _read_source(rel: str, symbol: str | None) -> tuple[str, str]:
+    """(path's text, the text to show before marker handling) for `::code rel [symbol]`."""
     path = _resolve_repo_path(rel)
     try:
         source = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise DirectiveError(f"{rel} is not UTF-8 text") from None
     if symbol is None:
-        text = source
-    else:
-        if path.suffix != ".py":
-            raise DirectiveError(f"a symbol can only be picked from a .py file, not {rel}")
-        lines = source.splitlines(keepends=True)
-        stmts = find_symbol(source, symbol, filename=rel)
-        text = "\n".join(_stmt_source(lines, s).rstrip("\n") + "\n" for s in stmts)
-    text = course_tree.strip_markers(text)
+        return source, source
+    if path.suffix != ".py":
+        raise DirectiveError(f"a symbol can only be picked from a .py file, not {rel}")
+    return source, _pick(source, symbol, rel)
+
+
+def _pick(source: str, symbol: str, rel: str) -> str:
+    lines = source.splitlines(keepends=True)
+    stmts = find_symbol(source, symbol, filename=rel)
+    return "\n".join(_stmt_source(lines, s).rstrip("\n") + "\n" for s in stmts)
+
+
+def _finish(text: str, rel: str, symbol: str | None) -> str:
+    """Check that no marker is left, trim blank edges, end with one newline."""
     for n, line in enumerate(text.splitlines(), 1):
         if MARKER_LEFT.search(line) and line.lstrip().startswith("#"):
             raise DirectiveError(f"a solution marker is left in the included code ({rel}, line {n}: {line.strip()!r})")
@@ -166,11 +176,65 @@ def extract_code(rel: str, symbol: str | None = None) -> str:
     return text + "\n"
 
 
-def render_code(rel: str, symbol: str | None = None) -> str:
-    text = extract_code(rel, symbol)
-    lang = LANGS.get(Path(rel).suffix, "text")
+def extract_code(rel: str, symbol: str | None = None) -> str:
+    """The reference code for `::code rel [symbol]`: marker lines removed, trailing newline."""
+    _, text = _read_source(rel, symbol)
+    return _finish(course_tree.strip_markers(text), rel, symbol)
+
+
+def _has_stub(text: str) -> bool:
+    return any(course_tree.BEGIN_MARK.match(line) for line in text.splitlines())
+
+
+def _chapter_of(rel: str) -> str | None:
+    """solutions/ch10_chunked_prefill/... -> "ch10" (the chapter whose TODOs the file holds)."""
+    m = re.fullmatch(r"solutions/(ch\d\d)_\w+/.+", rel)
+    return m.group(1) if m else None
+
+
+def extract_skeleton(rel: str, symbol: str | None = None) -> tuple[str, list[str]] | None:
+    """What the learner's skeleton shows for `::code rel [symbol]`, and the stubs in it (None: no stub there)."""
+    from tools import skeleton
+
+    source, text = _read_source(rel, symbol)
+    if not _has_stub(text):
+        return None
+    chapter = _chapter_of(rel)
+    if chapter is None:
+        raise DirectiveError(f"{rel} has solution markers but is not a chapter's solution file (solutions/chNN_slug/...)")
+    try:
+        skeleton_source, stubs = skeleton.render(source, chapter, rel)
+    except (skeleton.MarkerError, SyntaxError) as exc:
+        raise DirectiveError(f"cannot make the skeleton of {rel}: {exc}") from None
+    shown = skeleton_source if symbol is None else _pick(skeleton_source, symbol, rel)
+    names = [s.qualname for s in stubs if f"\"{s.ident}\")" in shown]
+    return _finish(shown, rel, symbol), names
+
+
+def _fenced(text: str, lang: str, title: str) -> str:
     fence = _fence_for(text)
-    return f'{fence}{lang} title="{_display_path(rel)}"\n{text}{fence}\n'
+    return f'{fence}{lang} title="{title}"\n{text}{fence}\n'
+
+
+def render_code(rel: str, symbol: str | None = None) -> str:
+    """Given code: one open block. Code with a TODO stub: the learner's skeleton open, the reference folded."""
+    lang = LANGS.get(Path(rel).suffix, "text")
+    shown = _display_path(rel)
+    reference = _fenced(extract_code(rel, symbol), lang, shown)
+    skeleton = extract_skeleton(rel, symbol) if lang == "python" else None
+    if skeleton is None:
+        return reference
+    skeleton_text, stubs = skeleton
+    what = symbol or shown
+    todo = ", ".join(f"`{name}`" for name in stubs)
+    learner_file = "chapters/" + rel.removeprefix("solutions/")
+    number = int(_chapter_of(rel)[2:])
+    warning = (f"This is the answer to the exercise ({todo}). Write your own version in `{learner_file}` "
+               f"first, pass `make check CH={number}`, then compare.")
+    folded = f"{warning}\n\n{reference}"
+    return (_fenced(skeleton_text, lang, f"{shown} (your starting point)")
+            + f'\n??? warning course-solution "Reference solution: {what} (try it yourself first)"\n\n'
+            + _indent(folded) + "\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,6 +371,12 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join((prefix + line) if line.strip() else "" for line in text.splitlines())
 
 
+def _chapter_page(number: int) -> str | None:
+    """chapters/chNN_slug.md (docs-relative) of a chapter's page, None while it has none."""
+    found = sorted((ROOT / "docs" / "chapters").glob(f"ch{number:02d}_*.md"))
+    return f"chapters/{found[0].name}" if found else None
+
+
 def problem_page(problem) -> str:
     """The markdown of one problem's page: statement, the browser judge, the explanation folded."""
     import base64
@@ -323,11 +393,16 @@ def problem_page(problem) -> str:
     # base64: nothing in the sources can close the <script> element or be touched by markdown.
     payload = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
     tags = "".join(f" · `{t}`" for t in problem.tags)
+    chapter_page = _chapter_page(problem.chapter)
+    chapter_link = f" · [Chapter {problem.chapter}](../{chapter_page})" if chapter_page else ""
     explanation = problem.explanation or "_No explanation yet._"
     title = json.dumps(problem.title)
     return f"""---
 title: {title}
 ---
+
+[← All problems](index.md){chapter_link}
+{{ .practice-back }}
 
 # {problem.title}
 
@@ -431,7 +506,7 @@ def on_config(config, **kwargs):
 
 
 def on_files(files, config, **kwargs):
-    """One generated page per practice problem: practice/<id>.md (not in the nav; the tables link them)."""
+    """One generated page per practice problem: practice/<id>.md (on_nav puts them under Practice)."""
     from mkdocs.structure.files import File, InclusionLevel
 
     try:
@@ -444,6 +519,54 @@ def on_files(files, config, **kwargs):
             raise PluginError(f"course: docs/{uri} exists, but the hook generates it from practice/problems/{p.id}/")
         files.append(File.generated(config, uri, content=problem_page(p), inclusion=InclusionLevel.NOT_IN_NAV))
     return files
+
+
+def _stage_page_as_index(section) -> None:
+    """A stage page (stages/*.md) is its section's index: the section title links to it and the sidebar
+    does not list the stage a second time under its own name (navigation.indexes only knows index.md)."""
+    from mkdocs.structure.pages import Page
+
+    first = section.children[0] if section.children else None
+    if isinstance(first, Page) and first.file.src_uri.startswith("stages/") and not first.is_index:
+        first.__class__ = type("StageIndexPage", (type(first),), {"is_index": property(lambda self: True)})
+
+
+def _add_problem_pages(nav, files) -> None:
+    """Practice becomes a section: its index, then one subsection per chapter with its problem pages, so a
+    problem page has the site navigation and previous/next links like any other page."""
+    from mkdocs.structure.nav import Section, _add_previous_and_next_links
+
+    index = next((p for p in nav.pages if p.file.src_uri == f"{PRACTICE_DIR}/index.md"), None)
+    if index is None:
+        return
+    practice = index.parent
+    if practice is None:  # `Practice: practice/index.md`: wrap the page in a section of that name
+        practice = Section(index.title or "Practice", [index])
+        nav.items[nav.items.index(index)] = practice
+        index.parent = practice
+    by_chapter: dict[int, list] = {}
+    for problem in _problems():
+        page = files.get_file_from_path(f"{PRACTICE_DIR}/{problem.id}.md").page
+        by_chapter.setdefault(problem.chapter, []).append(page)
+    for number, pages in sorted(by_chapter.items()):
+        section = Section(f"Chapter {number}", pages)
+        section.parent = practice
+        for page in pages:
+            page.parent = section
+        practice.children.append(section)
+    after = nav.pages.index(index) + 1
+    nav.pages[after:after] = [page for _, pages in sorted(by_chapter.items()) for page in pages]
+    _add_previous_and_next_links(nav.pages)
+
+
+def on_nav(nav, config, files, **kwargs):
+    from mkdocs.structure.nav import Section
+
+    for item in nav.items:
+        if isinstance(item, Section):
+            _stage_page_as_index(item)
+    _add_problem_pages(nav, files)
+    return nav
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):

@@ -57,6 +57,7 @@ class Req:
 
     @property
     def length(self) -> int:
+        # TODO(ch01): the uid.
         # >>> solution
         return self.uid
         # <<< solution
@@ -96,7 +97,7 @@ def repo(tmp_path, monkeypatch):
     _write(sol / "ch02_layers" / "minisgl" / "layers" / "__init__.py", "")
     _write(
         sol / "ch02_layers" / "minisgl" / "layers" / "norm.py",
-        'DOC = """\n```python\nx = 1\n```\n"""\n\n\ndef rms_norm(x):\n    # >>> solution\n    return x\n    # <<< solution\n',
+        'DOC = """\n```python\nx = 1\n```\n"""\n\n\ndef rms_norm(x):\n    # TODO(ch02): normalise.\n    # >>> solution\n    return x\n    # <<< solution\n',
     )
     _write(sol / "ch02_layers" / "minisgl" / "bad.py", "def f(:\n")
     _write(sol / "ch02_layers" / "minisgl" / "leaky.py", "def f():\n    # >>> solution:\n    return 1\n")
@@ -126,7 +127,7 @@ def test_class_found_with_decorator(repo):
 def test_method_found_dedented_with_decorators_and_setter(repo):
     code = hook.extract_code(CORE, "Req.length")
     assert code == (
-        "@property\ndef length(self) -> int:\n    return self.uid\n"
+        "@property\ndef length(self) -> int:\n    # TODO(ch01): the uid.\n    return self.uid\n"
         "\n@length.setter\ndef length(self, value: int) -> None:\n    self.uid = value\n"
     )
 
@@ -194,15 +195,79 @@ def test_whole_file_without_markers(repo):
 
 
 def test_render_code_fence_and_title(repo):
-    block = hook.render_code(CORE, "helper")
-    assert block.startswith('```python title="minisgl/core.py"\ndef helper(x):\n')
-    assert block.endswith("\n```\n")
+    block = hook.render_code(CORE, "PAGE_SIZE")
+    assert block == '```python title="minisgl/core.py"\nPAGE_SIZE = 16\n```\n'
 
 
 def test_render_code_uses_a_longer_fence_when_the_code_has_one(repo):
-    block = hook.render_code("solutions/ch02_layers/minisgl/layers/norm.py")
-    assert block.startswith('````python title="minisgl/layers/norm.py"\n')
+    _write(repo / "solutions" / "ch02_layers" / "minisgl" / "doc.py", 'DOC = """\n```python\nx = 1\n```\n"""\n')
+    block = hook.render_code("solutions/ch02_layers/minisgl/doc.py")
+    assert block.startswith('````python title="minisgl/doc.py"\n')
     assert block.endswith("\n````\n")
+
+
+# --------------------------------------------------------------------- ::code with a TODO stub
+
+
+def _split_folded(block: str) -> tuple[str, str, str]:
+    """(the open part, the folded block's header line, the folded body dedented) of a rendered stub."""
+    head, sep, folded = block.partition("\n??? ")
+    assert sep, f"no folded block in:\n{block}"
+    title, _, body = folded.partition("\n")
+    return head, "??? " + title, textwrap.dedent(body)
+
+
+def test_stub_shows_the_skeleton_open_and_the_reference_folded(repo):
+    block = hook.render_code(CORE, "helper")
+    open_part, header, folded = _split_folded(block)
+    assert open_part.startswith('```python title="minisgl/core.py (your starting point)"\n'), open_part
+    assert 'def helper(x):\n    # TODO(ch01): double it.\n    raise NotImplementedError("TODO(ch01): helper")\n```' \
+        in open_part, f"the open part is not the learner's skeleton:\n{open_part}"
+    assert "return 2 * x" not in open_part, "the answer shows outside the folded block"
+    assert header == '??? warning course-solution "Reference solution: helper (try it yourself first)"', header
+    assert "answer" in folded and "chapters/ch01_core/minisgl/core.py" in folded and "make check CH=1" in folded, folded
+    assert '```python title="minisgl/core.py"\ndef helper(x):\n    # TODO(ch01): double it.\n    return 2 * x\n```' \
+        in folded, f"the folded part is not the reference:\n{folded}"
+
+
+def test_class_with_a_stub_inside_is_folded_and_names_the_stub(repo):
+    open_part, header, folded = _split_folded(hook.render_code(CORE, "Req"))
+    assert 'raise NotImplementedError("TODO(ch01): Req.length")' in open_part
+    assert "class Req:" in open_part and "def complete_one(self)" in open_part, "given methods stay in the open part"
+    assert "Reference solution: Req (try it yourself first)" in header, header
+    assert "`Req.length`" in folded and "return self.uid" in folded
+
+
+def test_whole_file_with_a_stub_is_folded(repo):
+    open_part, header, folded = _split_folded(hook.render_code("solutions/ch02_layers/minisgl/layers/norm.py"))
+    assert 'raise NotImplementedError("TODO(ch02): rms_norm")' in open_part and "return x" not in open_part
+    assert "Reference solution: minisgl/layers/norm.py" in header, header
+    assert "    return x\n" in folded
+
+
+@pytest.mark.parametrize("symbol", ["PAGE_SIZE", "Req.complete_one", "Req.LIMIT"])
+def test_given_code_renders_open(repo, symbol):
+    block = hook.render_code(CORE, symbol)
+    assert "???" not in block and "NotImplementedError" not in block, f"{symbol} is given code, shown folded:\n{block}"
+    assert block.startswith('```python title="minisgl/core.py"\n')
+
+
+@pytest.mark.parametrize("symbol", ["helper", "Req", "Req.length", "Req.complete_one", None])
+def test_no_marker_line_leaks(repo, symbol):
+    block = hook.render_code(CORE, symbol)
+    assert ">>> solution" not in block and "<<< solution" not in block, f"a marker shows for {symbol}:\n{block}"
+
+
+def test_stub_without_a_todo_line_fails_the_build(repo):
+    _write(repo / "solutions" / "ch02_layers" / "minisgl" / "notodo.py", "def f():\n    # >>> solution\n    return 1\n    # <<< solution\n")
+    with pytest.raises(DirectiveError, match="TODO"):
+        hook.render_code("solutions/ch02_layers/minisgl/notodo.py", "f")
+
+
+def test_folded_reference_keeps_the_directive_indentation(repo):
+    out = hook.expand_markdown("=== \"tab\"\n\n    ::code solutions/ch01_core/minisgl/core.py helper\n", "docs/x.md")
+    assert '\n    ??? warning course-solution "Reference solution: helper' in out, out
+    assert '\n        ```python title="minisgl/core.py"\n        def helper(x):\n' in out, out
 
 
 # ------------------------------------------------------------------------------------- ::tree

@@ -117,6 +117,37 @@ def test_site_builds_without_external_assets(built_site: Path):
     assert not problems, "the site is not self-contained:\n" + "\n".join(problems)
 
 
+def _sidebar_entries(html: str, title: str) -> int:
+    """How many sidebar entries (section labels and page links) carry this title."""
+    return len(re.findall(r'<span class="md-ellipsis">\s*' + re.escape(title) + r"\s*</span>", html))
+
+
+def test_each_stage_is_listed_once_in_the_nav(built_site: Path):
+    html = (built_site / "index.html").read_text(encoding="utf-8")
+    stages = re.findall(r'class="md-tabs__link">\s*(Stage \d: [^<]+?)\s*</a>', html)
+    assert stages, "no stage section in the nav"
+    twice = {t: n for t in stages if (n := _sidebar_entries(html, t)) != 1}
+    assert not twice, f"stages listed more than once (or not at all) in the sidebar: {twice}"
+
+
+def test_problem_pages_link_back_and_have_previous_next(built_site: Path):
+    problems = sorted(p for p in (built_site / "practice").glob("*/index.html"))
+    assert problems, "no practice problem page was built"
+    missing = []
+    for page in problems:
+        html = page.read_text(encoding="utf-8")
+        rel = page.relative_to(built_site).as_posix()
+        if not re.search(r'<p class="practice-back"><a href="\.\./">', html):
+            missing.append(f"{rel}: no link back to all problems")
+        if not re.search(r'class="practice-back">.*?href="\.\./\.\./chapters/ch\d\d_\w+/"', html):
+            missing.append(f"{rel}: no link to its chapter")
+        if "md-footer__link--prev" not in html:
+            missing.append(f"{rel}: no previous link")
+        if not re.search(r'class="md-nav__link[^"]*md-nav__link--active', html):
+            missing.append(f"{rel}: the page is not in the sidebar navigation")
+    assert not missing, "\n".join(missing)
+
+
 # ------------------------------------------------------------------------------ browser check
 
 
@@ -195,3 +226,131 @@ def test_site_renders_offline(built_site: Path, site_server: str):
             page.screenshot(path=str(shots / f"docs-site-{tag}.png"), full_page=True)
 
     assert font_loads, "no KaTeX font was loaded from the site"
+
+
+# ------------------------------------------------------------------------------ crawl every page
+
+MIN_DIAGRAM_SCALE = 0.6  # a mermaid SVG drawn at less than this fraction of its size has unreadably small text
+MARKER_TEXT = re.compile(r"#\s*(>>>|<<<)\s*solution")
+CHECKBOX_TEXT = re.compile(r"\[(x| )\]")
+
+# The page's prose (code, math and diagrams removed: `a[x]` in code is not a task-list leftover).
+PROSE_JS = """() => { const c = document.querySelector('.md-content').cloneNode(true);
+  c.querySelectorAll('pre, code, .mermaid, .arithmatex, script, style').forEach(e => e.remove());
+  return c.textContent; }"""
+# Every mermaid SVG, folded blocks opened: its drawn width over its own (viewBox) width.
+DIAGRAMS_JS = """() => { document.querySelectorAll('details').forEach(d => d.open = true);
+  return [...document.querySelectorAll('div.mermaid')].map((e, i) => {
+    const s = e.shadowRoot && e.shadowRoot.querySelector('svg');
+    if (!s) return {i, rendered: false};
+    const drawn = s.getBoundingClientRect().width, own = s.viewBox.baseVal ? s.viewBox.baseVal.width : 0;
+    const c = s.cloneNode(true); c.querySelectorAll('style').forEach(x => x.remove());
+    const label = [...c.querySelectorAll('.nodeLabel, text')].map(x => x.textContent.trim()).filter(t => t)
+      .slice(0, 3).join(' / ').slice(0, 60);
+    return {i, rendered: true, drawn, own, label}; }); }"""
+
+
+class _LinksAndIds(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+
+
+def _parse(path: Path, cache: dict) -> _LinksAndIds:
+    if path not in cache:
+        parser = _LinksAndIds()
+        parser.feed(path.read_text(encoding="utf-8"))
+        cache[path] = parser
+    return cache[path]
+
+
+def _target_file(site: Path, page: Path, href: str) -> tuple[Path | None, str]:
+    """The built file an internal link lands on (None: nothing there) and its fragment."""
+    from urllib.parse import unquote
+
+    parts = urlsplit(href)
+    base = page.parent if parts.path else page
+    target = (base / unquote(parts.path)).resolve() if parts.path else page
+    if target.is_dir():
+        target = target / "index.html"
+    return (target if target.is_file() else None), unquote(parts.fragment)
+
+
+def _broken_links(site: Path, page: Path, cache: dict) -> list[str]:
+    out = []
+    for href in _parse(page, cache).hrefs:
+        parts = urlsplit(href)
+        if parts.scheme or parts.netloc or href.startswith(("mailto:", "javascript:")):
+            continue
+        target, fragment = _target_file(site, page, href)
+        if target is None:
+            out.append(f"broken link {href!r} (no such file)")
+        elif fragment and target.suffix == ".html" and fragment not in _parse(target, cache).ids:
+            out.append(f"broken link {href!r} (no #{fragment} in {target.relative_to(site)})")
+    return out
+
+
+def _is_problem_page(rel: str) -> bool:
+    return rel.startswith("practice/") and rel != "practice/index.html"
+
+
+@pytest.mark.browser
+def test_every_page_crawled(built_site: Path, site_server: str):
+    """Every built page, in headless Chromium offline: no console error, no literal [x] / [ ] in the prose,
+    no solution marker, a link back to the practice index on every problem page, mermaid diagrams drawn at
+    a readable scale, no broken internal link. One report lists every problem, page by page."""
+    import time
+
+    pages = sorted(p for p in built_site.rglob("*.html") if p.name != "404.html")
+    assert len(pages) > 20, f"only {len(pages)} pages were built"
+    found: dict[str, list[str]] = {}
+    console: list[str] = []
+    cache: dict = {}
+    t0 = time.perf_counter()
+    with offline_page({"width": 1280, "height": 900}, init_script=OPEN_SHADOW) as page:
+        page.on("console", lambda m: m.type == "error" and console.append(m.text))
+        page.on("pageerror", lambda exc: console.append(str(exc)))
+        for path in pages:
+            rel = path.relative_to(built_site).as_posix()
+            url_path = rel.removesuffix("index.html")
+            console.clear()
+            page.goto(f"{site_server}/{url_path}", wait_until="load")
+            problems = found.setdefault(rel, [])
+            if page.query_selector("div.mermaid"):
+                try:
+                    page.wait_for_function("() => [...document.querySelectorAll('div.mermaid')]"
+                                           ".every(e => e.shadowRoot && e.shadowRoot.querySelector('svg'))",
+                                           timeout=15_000)
+                except Exception:  # noqa: BLE001 - reported below, diagram by diagram
+                    pass
+                for d in page.evaluate(DIAGRAMS_JS):
+                    if not d["rendered"]:
+                        problems.append(f"mermaid diagram {d['i'] + 1} was not rendered")
+                    elif d["own"] and d["drawn"] and d["drawn"] / d["own"] < MIN_DIAGRAM_SCALE:
+                        problems.append(f"mermaid diagram {d['i'] + 1} ({d['label']} ...) is drawn at scale "
+                                        f"{d['drawn'] / d['own']:.2f} ({d['drawn']:.0f} px for {d['own']:.0f} px): "
+                                        "its text is too small to read")
+            prose = page.evaluate(PROSE_JS)
+            for m in sorted(set(CHECKBOX_TEXT.findall(prose))):
+                problems.append(f"a literal [{m}] shows in the text (a task list not rendered)")
+            if MARKER_TEXT.search(page.evaluate("document.body.textContent")):
+                problems.append("a solution marker line (# >>> solution / # <<< solution) shows")
+            if _is_problem_page(rel):
+                back = page.evaluate("[...document.querySelectorAll('.md-content a[href]')].map(a => a.href)")
+                if f"{site_server}/practice/" not in back:
+                    problems.append("no link back to the practice index in the page")
+            problems += _broken_links(built_site, path, cache)
+            problems += [f"console error: {text}" for text in console]
+        seconds = time.perf_counter() - t0
+        report = {rel: msgs for rel, msgs in found.items() if msgs}
+        lines = [f"{rel}:\n" + "\n".join(f"    - {m}" for m in msgs) for rel, msgs in sorted(report.items())]
+        print(f"\ncrawled {len(pages)} pages in {seconds:.1f} s")
+        assert not report, f"{len(report)} of {len(pages)} pages have problems:\n" + "\n".join(lines)

@@ -53,3 +53,45 @@ def test_runner_stops_an_infinite_loop():
 def test_judge_cli_check():
     proc = subprocess.run([sys.executable, "practice/judge.py", "check"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+STARTER_TESTS = "from solution import f\n\ndef test_one():\n    assert f(1) == 2\n"
+
+
+def test_runner_says_the_starter_is_unchanged_and_where():
+    result = run("def f(x):\n    '''Double x.'''\n    raise NotImplementedError\n", STARTER_TESTS)
+    failure = result["results"][0]
+    assert failure["message"] == "your function f() still raises NotImplementedError (starter unchanged)", failure
+    assert failure["line"] == 4, "the tests.py line that called the learner's code"
+    assert failure["at"] == {"file": "solution.py", "line": 3, "code": "raise NotImplementedError", "function": "f"}, failure
+
+
+def test_runner_points_at_the_learners_line_for_any_exception():
+    source = "def helper(values):\n    return values[3]\n\n\ndef f(x):\n    return helper([x])\n"
+    failure = run(source, STARTER_TESTS)["results"][0]
+    assert failure["message"] == "IndexError: list index out of range", failure
+    assert failure["at"] == {"file": "solution.py", "line": 2, "code": "return values[3]", "function": "helper"}, \
+        f"the innermost line of the learner's code should be shown, got {failure['at']}"
+
+
+def test_runner_has_no_learner_line_for_a_failed_assertion_in_the_tests():
+    failure = run("def f(x):\n    return x\n", STARTER_TESTS)["results"][0]
+    assert failure["at"] is None and failure["line"] == 4, failure
+
+
+def test_runner_load_error_names_the_learners_line():
+    result = run("import math\n\nx = 1 / 0\n", STARTER_TESTS)
+    assert result["error"] == "your code does not load: ZeroDivisionError: division by zero (solution.py line 3: x = 1 / 0)"
+    syntax = run("def f(x):\n    return x +\n", STARTER_TESTS)
+    assert syntax["error_at"]["line"] == 2 and "(solution.py line 2: return x +)" in syntax["error"], syntax
+
+
+def test_local_judge_prints_the_learners_file_and_line(tmp_path):
+    problem = "ch05-flatten-batch"
+    mine = tmp_path / "mine.py"
+    mine.write_text(judge.load(problem).source("starter.py"))
+    proc = subprocess.run([sys.executable, "practice/judge.py", problem, "--file", str(mine)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "still raises NotImplementedError (starter unchanged)" in proc.stdout, proc.stdout
+    assert f"in your code: {mine} line" in proc.stdout, proc.stdout

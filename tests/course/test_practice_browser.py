@@ -4,7 +4,9 @@ host other than 127.0.0.1 blocked (Pyodide and CodeMirror are served by the site
 On the ch05-flatten-batch page: the reference solution is accepted and the solved mark stored; a
 wrong solution shows the failing test with its assertion message and tests.py line; an infinite loop
 is stopped with a timeout message within the limit (+ slack), and afterwards Run still works (the
-worker was restarted). The practice index shows the solved mark and filters by chapter.
+worker was restarted); the unchanged starter is reported as such, with the learner's line. The page
+links back to the practice index and its chapter, has previous/next links, and its editor wraps long
+lines. The practice index shows the solved mark and filters by chapter.
 
 Marker `browser`; needs the Debian `chromium` package and the `playwright` Python package (never
 downloads a browser); skipped with the reason otherwise. Screenshot: build/practice-judge.png
@@ -74,6 +76,12 @@ def test_browser_judge(built_site: Path, site_server: str):  # noqa: F811
         assert "raise NotImplementedError" in starter, "the editor does not hold the starter"
         assert page.is_visible("details.note summary") and not page.is_visible("details.note p"), \
             "the explanation must be folded"
+        assert page.is_visible(".practice-back a[href='../']"), "no visible link back to all problems"
+        assert page.is_visible(".practice-back a[href$='/chapters/ch05_attention/']"), "no link to the problem's chapter"
+        assert page.query_selector("a.md-footer__link--prev") and page.query_selector("a.md-footer__link--next"), \
+            "a problem page needs previous/next links"
+        assert page.evaluate("document.querySelector('.practice-judge').practiceJudge.editor.getOption('lineWrapping')"), \
+            "the editor must wrap long lines"
 
         # 1. the reference solution is accepted (the first run also starts Python)
         state, timings["first submit (with Pyodide start)"] = _run(page, SOLUTION, "submit", 60_000)
@@ -102,6 +110,13 @@ def test_browser_judge(built_site: Path, site_server: str):  # noqa: F811
         committed = ROOT / "docs" / "assets" / "practice-judge.png"
         if os.environ.get("UPDATE_SCREENSHOTS") == "1" or not committed.exists():
             shutil.copy(shot, committed)
+
+        # 2b. the unchanged starter: said plainly, with the learner's own line
+        state, timings["starter submit"] = _run(page, starter, "submit", 20_000)
+        assert state == "failed", state
+        first = page.eval_on_selector(f"{JUDGE} .practice-test", "li => li.innerText")
+        assert "still raises NotImplementedError (starter unchanged)" in first, first
+        assert "in your code: solution.py line" in first and "raise NotImplementedError" in first, first
 
         # 3. an infinite loop: stopped within the limit, with a message
         state, timings["infinite loop"] = _run(page, LOOP, "submit", (TIME_LIMIT + SLACK) * 1000)

@@ -217,8 +217,10 @@
         li.appendChild(el("span", "practice-mark", r.passed ? "✓" : "✗"));
         li.appendChild(el("code", "practice-name", r.name));
         if (!r.passed) {
-          const where = r.line ? ` (tests.py line ${r.line})` : "";
-          li.appendChild(el("div", "practice-message", `${r.message}${where}`));
+          const called = r.line ? ` (tests.py line ${r.line})` : "";
+          li.appendChild(el("div", "practice-message", `${r.message}${called}`));
+          if (r.at) li.appendChild(el("div", "practice-where", `in your code: ${r.at.file} line ${r.at.line}` +
+            (r.at.code ? `: ${r.at.code}` : "")));
         }
         list.appendChild(li);
       });
@@ -254,6 +256,7 @@
     textarea.value = store.get(KEY_CODE(data.id)) ?? data.starter;
     const editor = window.CodeMirror.fromTextArea(textarea, {
       mode: "python", lineNumbers: true, indentUnit: 4, matchBrackets: true, viewportMargin: Infinity,
+      lineWrapping: true, // long lines wrap instead of scrolling out of sight
       extraKeys: {
         Tab: (cm) => cm.somethingSelected() ? cm.indentSelection("add") : cm.replaceSelection("    ", "end"),
         "Ctrl-Enter": () => judge.run(true), "Cmd-Enter": () => judge.run(true),
