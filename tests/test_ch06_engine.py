@@ -152,3 +152,10 @@ def test_bad_input_is_refused_before_any_state_changes(prompt, params, message):
 def test_max_tokens_below_one_is_refused():
     with pytest.raises(ValueError, match="max_tokens"):
         SamplingParams(max_tokens=0)
+
+
+@pytest.mark.parametrize("field, value", [("num_pages", 0), ("max_seq_len", 0), ("max_seq_len", -5),
+                                          ("num_pages", 2.5), ("num_pages", True)])
+def test_sizes_are_positive_integers_or_none(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a positive integer or None"):
+        EngineConfig(model_path("tiny-qwen3"), **{field: value})

@@ -32,6 +32,10 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)} or 'auto', got {self.dtype!r}")
         if self.max_running_reqs < 1:
             raise ValueError(f"max_running_reqs must be >= 1, got {self.max_running_reqs}")
+        for name in ("max_seq_len", "num_pages"):  # None means "auto"; 0 is no size at all, not a default
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None (auto), got {value!r}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
         if not 0 < self.memory_ratio <= 1:

@@ -34,6 +34,10 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)} or 'auto', got {self.dtype!r}")
         if self.max_running_reqs < 1:
             raise ValueError(f"max_running_reqs must be >= 1, got {self.max_running_reqs}")
+        for name in ("max_seq_len", "num_pages"):  # None means "auto"; 0 is no size at all, not a default
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None (auto), got {value!r}")
         if self.attention_backend not in ("auto", "torch", "triton", "fa"):
             raise ValueError(f"attention_backend must be auto, torch, triton or fa, got {self.attention_backend!r}")
         if self.cache_type not in ("radix", "naive"):

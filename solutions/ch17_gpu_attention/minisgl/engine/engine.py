@@ -28,9 +28,10 @@ class Engine:
             torch.set_num_threads(ENV.CPU_THREADS)
         self.model, self.model_config = load_model(config.model_path, config.torch_dtype, self.device)
         mc = self.model_config
-        self.max_seq_len = min(config.max_seq_len or 4096, mc.max_position_embeddings)
+        self.max_seq_len = min(config.max_seq_len if config.max_seq_len is not None else 4096,
+                               mc.max_position_embeddings)
         self.kv_bytes_per_token = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * config.torch_dtype.itemsize
-        self.num_pages = config.num_pages or self._num_kv_pages()
+        self.num_pages = config.num_pages if config.num_pages is not None else self._num_kv_pages()
         self.kv_cache = MHAKVCache(mc.num_kv_heads, mc.head_dim, mc.num_layers, self.num_pages, config.page_size,
                                    config.torch_dtype, self.device)
         # One row per running request; rows span whole pages (a request's last page may reach past max_seq_len).
