@@ -334,20 +334,26 @@ def fingerprint(name: str) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
+def check_model_name(name: str) -> None:
+    """Raise a one-line ValueError unless `name` is a known fixture or a model directory (cheap: no torch)."""
+    if name in BUILDERS:
+        return
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise ValueError(f"MODEL={name}: no such fixture or directory (fixtures: {', '.join(KNOWN)})")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"MODEL={name}: not a model directory (it has no config.json)")
+
+
 def ensure_model(name: str) -> Path:
     """Directory of model `name` (a known fixture, built on first use, or a model directory)."""
+    check_model_name(name)
     if name in BUILDERS:
         final = MODELS_DIR / name
         if not _is_current(final, name):
             _build_atomically(name, final)
         return final
-    path = Path(name).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        return path.resolve()
-    raise ValueError(
-        f"unknown model {name!r}: expected one of {', '.join(KNOWN)} "
-        "or a directory with a config.json"
-    )
+    return Path(name).expanduser().resolve()
 
 
 def _is_current(path: Path, name: str) -> bool:
