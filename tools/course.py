@@ -413,6 +413,10 @@ def strip(path: Path) -> list[str]:
 BACKUPS = BUILD / "backups"
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _backup(ch: Chapter) -> Path | None:
     """Copy the learner's chapter folder under build/backups, unless it is the pristine skeleton."""
     if not ch.skeleton_dir.exists() or not skeleton.edited_files(ch):
@@ -433,7 +437,7 @@ def cmd_reset(n: int) -> int:
     ch = get_chapter(n)
     backup = _backup(ch)
     if backup:
-        print(f"saved your chapter {n} files to {backup.relative_to(ROOT)} (`make restore CH={n}` brings them back)")
+        print(f"saved your chapter {n} files to {_shown(backup)} (`make restore CH={n}` brings them back)")
     skeleton.write(ch, force=True)
     print(f"chapters/{ch.slug} is a pristine skeleton again")
     return 0
@@ -444,16 +448,16 @@ def cmd_restore(n: int) -> int:
     ch = get_chapter(n)
     backups = backups_of(ch)
     if not backups:
-        print(f"no backup of chapter {n} under {BACKUPS.relative_to(ROOT)}: `make reset CH={n}` makes one")
+        print(f"no backup of chapter {n} under {_shown(BACKUPS)}: `make reset CH={n}` makes one")
         return 1
     latest = backups[-1]
     saved = _backup(ch)
     if ch.skeleton_dir.exists():
         shutil.rmtree(ch.skeleton_dir)
     shutil.copytree(latest, ch.skeleton_dir)
-    print(f"restored chapters/{ch.slug} from {latest.relative_to(ROOT)}")
+    print(f"restored chapters/{ch.slug} from {_shown(latest)}")
     if saved:
-        print(f"(the files it replaced are saved in {saved.relative_to(ROOT)})")
+        print(f"(the files it replaced are saved in {_shown(saved)})")
     if len(backups) > 1:
         print("older backups: " + ", ".join(b.name for b in backups[:-1]))
     return 0
