@@ -136,7 +136,9 @@ def tree_env(tree: Path, threads: int | None = None) -> dict[str, str]:
 
 
 def threads_note(env: dict[str, str]) -> str:
-    return f"{env.get('MINISGL_CPU_THREADS', 'default')} CPU threads (MINISGL_CPU_THREADS=N chooses)"
+    count = env.get("MINISGL_CPU_THREADS", "0")
+    threads = "torch's default CPU threads" if count == "0" else f"{count} CPU thread{'s' if count != '1' else ''}"
+    return f"{threads} (MINISGL_CPU_THREADS=N chooses)"
 
 
 def suite_of(ch: Chapter) -> Path:

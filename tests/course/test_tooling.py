@@ -183,3 +183,11 @@ def test_cpu_threads_honours_the_setting_and_fits_the_machine(monkeypatch):
     monkeypatch.delenv("MINISGL_CPU_THREADS")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert 1 <= course.cpu_threads() <= len(os.sched_getaffinity(0))
+
+
+def test_mine_lists_the_stubs_earlier_chapters_still_lack(workspace):
+    stubs = [s.qualname for s in skeleton.stubs_of(workspace)]
+    assert [(ch.number, left) for ch, left in course.unfinished_earlier(3)] == [(1, stubs)]
+    for rel, src in skeleton.chapter_sources(workspace).items():  # the learner finishes chapter 1
+        shutil.copy(src, workspace.skeleton_dir / rel)
+    assert course.unfinished_earlier(3) == [], "a finished chapter has nothing left"
