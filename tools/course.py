@@ -30,6 +30,11 @@ from tools.tree import (BUILD, ROOT, STANDALONE, Chapter, all_chapters, chapter_
 TESTS = ROOT / "tests"
 
 
+def _shown(path: Path) -> str:
+    """A path as the learner reads it: relative to the repository when it is inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 # ----------------------------------------------------------------------------- trees
 def _current_links(dest: Path) -> dict[str, Path]:
     return {p.relative_to(dest).as_posix(): Path(os.readlink(p)) for p in dest.rglob("*") if p.is_symlink()}
@@ -309,7 +314,7 @@ def run_script(script: Path, tree: Path, args: list[str] | None = None) -> int:
     """Run a learner-facing program on a tree, saying where and on how many threads."""
     check_model_env()
     env = tree_env(tree)
-    print(f"== {script.relative_to(ROOT)} on {tree.relative_to(ROOT)}, {threads_note(env)}", flush=True)
+    print(f"== {_shown(script)} on {_shown(tree)}, {threads_note(env)}", flush=True)
     return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=env).returncode
 
 
@@ -413,10 +418,6 @@ def strip(path: Path) -> list[str]:
 
 
 BACKUPS = BUILD / "backups"
-
-
-def _shown(path: Path) -> str:
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def _backup(ch: Chapter) -> Path | None:
