@@ -19,18 +19,6 @@ def pytest_addoption(parser):
     parser.addoption("--stub-report", default=None, help="write per-test results as JSON lines here")
 
 
-def _stub_in_chain(error: BaseException) -> BaseException | None:
-    """A TODO stub's NotImplementedError that another exception wraps (Triton's interpreter re-raises what a
-    kernel raised as its own InterpreterError, `from` the original)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, NotImplementedError) and str(error).startswith("TODO("):
-            return error
-        error = error.__cause__ or error.__context__
-    return None
-
-
 def _chain(error: BaseException) -> list[BaseException]:
     """The exception and those it was raised from or during, outermost first."""
     chain: list[BaseException] = []
@@ -38,6 +26,12 @@ def _chain(error: BaseException) -> list[BaseException]:
         chain.append(error)
         error = error.__cause__ or error.__context__
     return chain
+
+
+def _stub_in_chain(error: BaseException) -> BaseException | None:
+    """A TODO stub's NotImplementedError that another exception wraps (Triton's interpreter re-raises what a
+    kernel raised as its own InterpreterError, `from` the original)."""
+    return next((e for e in _chain(error) if isinstance(e, NotImplementedError) and str(e).startswith("TODO(")), None)
 
 
 def _frames(error: BaseException) -> list[str]:
