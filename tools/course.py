@@ -320,10 +320,11 @@ def run_script(script: Path, tree: Path, args: list[str] | None = None) -> int:
 
 def check_model_env() -> None:
     """Fail at once, in one line, on a $MODEL that names no model (before a child spends seconds importing torch)."""
-    from tools.models import check_model_name
+    from tools.models import model_problem
 
-    if os.environ.get("MODEL"):
-        check_model_name(os.environ["MODEL"])
+    name = os.environ.get("MODEL")
+    if name and (problem := model_problem(name)):
+        raise ValueError(f"MODEL={name}: {problem}")
 
 
 def cmd_run(n: int, sol: bool, mine: bool = False, tree: Path | None = None, args: list[str] | None = None) -> int:

@@ -334,20 +334,22 @@ def fingerprint(name: str) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-def check_model_name(name: str) -> None:
-    """Raise a one-line ValueError unless `name` is a known fixture or a model directory (cheap: no torch)."""
+def model_problem(name: str) -> str | None:
+    """Why `name` is no model (neither a known fixture nor a model directory), or None. Cheap: no torch."""
     if name in BUILDERS:
-        return
+        return None
     path = Path(name).expanduser()
     if not path.exists():
-        raise ValueError(f"MODEL={name}: no such fixture or directory (fixtures: {', '.join(KNOWN)})")
+        return f"no such fixture or directory (fixtures: {', '.join(KNOWN)})"
     if not (path / "config.json").is_file():
-        raise ValueError(f"MODEL={name}: not a model directory (it has no config.json)")
+        return "not a model directory (it has no config.json)"
+    return None
 
 
 def ensure_model(name: str) -> Path:
     """Directory of model `name` (a known fixture, built on first use, or a model directory)."""
-    check_model_name(name)
+    if problem := model_problem(name):
+        raise ValueError(f"model {name!r}: {problem}")
     if name in BUILDERS:
         final = MODELS_DIR / name
         if not _is_current(final, name):
