@@ -233,7 +233,9 @@ def stub_status(stubs: list[skeleton.Stub], records: list[dict],
         else:
             passed = sum(r["outcome"] == "passed" for r in mine)
             others = sorted({b for r in mine for b in blamed.get(r["test"], [])})
-            detail = f"{passed} tests pass" + (f"; {len(mine) - passed} more wait on {', '.join(others)}" if others else "")
+            failed = len(mine) - passed
+            detail = ("1 test passes" if passed == 1 else f"{passed} tests pass") + (
+                f"; {failed} more fail{'s' if failed == 1 else ''}, blamed on {', '.join(others)}" if others else "")
             rows.append((stub.qualname, "done", detail, []))
     return rows
 
