@@ -1,19 +1,21 @@
 # mini-SGLang from scratch: every command a learner or maintainer needs.  `make help` lists them.
-PY      ?= python3
+# The course's virtual environment when there is one (README: python3 -m venv .venv), else the active Python.
+PY      ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 CH      ?=
 SOL     ?=
 MINE    ?=
 V       ?=
 ARGS    ?=
-DEPS    := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
-LABDEPS := build/.lab-deps-$(shell cat requirements-lab.txt | cksum | cut -d' ' -f1)
+# Install stamps name the Python too: a new .venv gets its own packages.
+DEPS    := build/.deps-$(shell { echo '$(PY)'; cat requirements.txt; } | cksum | cut -d' ' -f1)
+LABDEPS := build/.lab-deps-$(shell { echo '$(PY)'; cat requirements-lab.txt; } | cksum | cut -d' ' -f1)
 COURSE  := $(PY) -m tools.course
 FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 # Models are local folders: never ask a hub (it is not reachable, and must not be needed).
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
+.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -48,14 +50,17 @@ endif
 check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
 	$(COURSE) check $(CH) $(FLAGS)
 
-lab: need-ch deps $(LABDEPS)  ## JupyterLab on 127.0.0.1 with chapter CH's tree importable (MINE=1 / SOL=1 as for check)
+lab: need-ch deps $(LABDEPS)  ## JupyterLab on 127.0.0.1 with chapter CH's tree importable (MINE=1 / SOL=1 as for check; stops with make)
 	$(COURSE) lab $(CH) $(FLAGS) $(ARGS)
 
 diff: need-ch  ## what chapter CH changes compared to chapter CH-1 (reference)
 	@$(COURSE) diff $(CH)
 
-reset: need-ch  ## restore chapter CH's pristine skeleton (your files are backed up under build/backups)
+reset: need-ch  ## restore chapter CH's pristine skeleton (your edited files are backed up under build/backups)
 	$(COURSE) reset $(CH)
+
+restore: need-ch  ## bring back chapter CH's files as the last `make reset` saved them
+	$(COURSE) restore $(CH)
 
 copies:  ## (maintainers) every chapter copy of P=minisgl/... oldest first, with the lines each chapter changed
 	@$(COURSE) copies $(P)

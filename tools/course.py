@@ -24,9 +24,15 @@ from pathlib import Path
 
 from tools import skeleton
 from tools.plots import PLOTS
-from tools.tree import BUILD, ROOT, Chapter, all_chapters, chapter_files, get_chapter, overlay, reference_files
+from tools.tree import (BUILD, ROOT, STANDALONE, Chapter, all_chapters, chapter_files, get_chapter, overlay,
+                        reference_files)
 
 TESTS = ROOT / "tests"
+
+
+def _shown(path: Path) -> str:
+    """A path as the learner reads it: relative to the repository when it is inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 # ----------------------------------------------------------------------------- trees
@@ -85,15 +91,59 @@ def assemble(n: int, kind: str) -> Path:
     raise ValueError(f"unknown tree kind {kind!r}")
 
 
+def _cgroup_cpus() -> int | None:
+    """The CPU quota of this container (cgroup v2 cpu.max), in whole CPUs; None when there is none."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+def _physical_cores(cpus: set[int]) -> int:
+    """Physical cores among these CPUs: hyper-threads of one core share its arithmetic units."""
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add(Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip())
+        except OSError:
+            return len(cpus)
+    return len(cores) or len(cpus)
+
+
+def cpu_threads() -> int:
+    """CPU threads for one engine process (torch and OpenMP): $MINISGL_CPU_THREADS (or $OMP_NUM_THREADS) when
+    set, else the physical cores this process may use, less the cores other processes keep busy (1-minute load
+    average), at least one. More threads than free cores is the slowest choice of all: OpenMP threads spin
+    waiting for each other (on a busy 2-core machine `make run` went from 7.5 to 0.7 tokens/s)."""
+    for name in ("MINISGL_CPU_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(name, "").strip().isdigit():
+            return int(os.environ[name])
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    usable = min(len(cpus), _cgroup_cpus() or len(cpus))
+    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return max(1, min(_physical_cores(cpus), usable, usable - busy))
+
+
 def tree_env(tree: Path, threads: int | None = None) -> dict[str, str]:
+    """The environment of a process that runs on a tree: the tree first on PYTHONPATH, and `threads` CPU
+    threads (default: cpu_threads()) for torch, OpenMP and the chapter suites."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep caches out of the symlinked source folders
+    env["PYTHONUNBUFFERED"] = "1"  # prints and progress bars (stderr) reach a pipe in the order they happen
     if re.fullmatch(r"ch\d\d", tree.name):  # which chapter the tree is at (tests marked superseded read it)
         env["MINISGL_TREE_CHAPTER"] = str(int(tree.name[2:]))
-    if threads:  # several processes side by side: oversubscribed OpenMP threads spin and crawl
+    threads = cpu_threads() if threads is None else threads
+    if threads > 0:  # 0: torch's own default (one thread per core)
         env["MINISGL_TEST_THREADS"] = env["MINISGL_CPU_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def threads_note(env: dict[str, str]) -> str:
+    count = env.get("MINISGL_CPU_THREADS", "0")
+    threads = "torch's default CPU threads" if count == "0" else f"{count} CPU thread{'s' if count != '1' else ''}"
+    return f"{threads} (MINISGL_CPU_THREADS=N chooses)"
 
 
 def suite_of(ch: Chapter) -> Path:
@@ -117,27 +167,101 @@ def run_suite(ch: Chapter, tree: Path, report: Path, extra: list[str] | None = N
 
 
 # ----------------------------------------------------------------------------- check
-def _stub_status(ch: Chapter, records: list[dict], learner_dir: Path | None) -> list[tuple[str, str, str]]:
+def _in_traceback(record: dict, stub_names: list[str]) -> list[str]:
+    """The stub whose code the failure happened in: the innermost traceback frame that is (inside) a stub."""
+    for frame in reversed(record.get("frames", [])):
+        for name in stub_names:
+            if frame == name or frame.startswith(name + "."):
+                return [name]
+    return []
+
+
+def blame(records: list[dict], stub_names: list[str]) -> dict[str, list[str]]:
+    """Failed test -> the stubs it blames. Tests are marked with every stub they reach, so the marks alone would
+    blame a correct stub for its neighbour's bug. Best evidence first: the stub whose code the failure happened
+    in; else those of its marked stubs already convicted elsewhere (by a traceback, or by a failing test marked
+    with that stub alone); else those whose tests pass least often (a stub that passes its other tests is
+    probably not the culprit); on a tie, all of them."""
+    failed = [r for r in records if r["outcome"] == "failed"]
+    direct = {r["test"]: _in_traceback(r, stub_names) for r in failed}
+    convicted = {name for names in direct.values() for name in names}
+    convicted |= {r["stubs"][0] for r in failed if len(r.get("stubs", [])) == 1}
+
+    def pass_rate(name: str) -> float:
+        outcomes = [r["outcome"] == "passed" for r in records if name in r.get("stubs", [])]
+        return sum(outcomes) / len(outcomes)
+
+    def suspects(record: dict) -> list[str]:
+        marks = list(record.get("stubs", []))
+        if direct[record["test"]] or not marks:
+            return direct[record["test"]]
+        if any(s in convicted for s in marks):
+            return [s for s in marks if s in convicted]
+        lowest = min(map(pass_rate, marks))
+        return [s for s in marks if pass_rate(s) == lowest]
+
+    return {r["test"]: suspects(r) for r in failed}
+
+
+def _failure_reason(record: dict) -> str:
+    if record.get("error") == "NotImplementedError" and "TODO(" in record.get("message", ""):
+        return f"needs {record['message']}"
+    return f"{record['test'].split('::')[-1]}: {record.get('error', '')}: {record.get('message', '')}"[:160]
+
+
+def stub_status(stubs: list[skeleton.Stub], records: list[dict],
+                learner_dir: Path | None) -> list[tuple[str, str, str, list[str]]]:
+    """One row per stub: (name, status, detail, explanation lines of its first failure)."""
+    names = [s.qualname for s in stubs]
+    blamed = blame(records, names)
     rows = []
-    for stub in skeleton.stubs_of(ch):
+    for stub in stubs:
         source = learner_dir / stub.path if learner_dir else None
         if source is not None and source.exists() and stub.ident in source.read_text():
-            rows.append((stub.qualname, "not started", ""))
+            rows.append((stub.qualname, "not started", "", []))
             continue
         mine = [r for r in records if stub.qualname in r.get("stubs", [])]
-        failed = [r for r in mine if r["outcome"] == "failed"]
-        if not mine:
-            rows.append((stub.qualname, "untested", "no test is marked with this stub"))
-        elif failed:
-            first = failed[0]
-            if first.get("error") == "NotImplementedError" and "TODO(" in first.get("message", ""):
-                reason = f"needs {first['message']}"
-            else:
-                reason = f"{first['test'].split('::')[-1]}: {first.get('error', '')}: {first.get('message', '')}"
-            rows.append((stub.qualname, "failing", reason[:160]))
+        failing = [r for r in records if stub.qualname in blamed.get(r["test"], [])]
+        if failing:
+            first = failing[0]
+            explanation = [] if first.get("error") == "NotImplementedError" else [
+                line for line in first.get("explanation", [])
+                if line != first.get("message") and line != "Use -v to get more diff"]
+            rows.append((stub.qualname, "failing", _failure_reason(first), explanation))
+        elif not mine:
+            rows.append((stub.qualname, "untested", "no test is marked with this stub", []))
         else:
-            rows.append((stub.qualname, "done", f"{len(mine)} tests pass"))
+            passed = sum(r["outcome"] == "passed" for r in mine)
+            others = sorted({b for r in mine for b in blamed.get(r["test"], [])})
+            failed = len(mine) - passed
+            detail = ("1 test passes" if passed == 1 else f"{passed} tests pass") + (
+                f"; {failed} more fail{'s' if failed == 1 else ''}, blamed on {', '.join(others)}" if others else "")
+            rows.append((stub.qualname, "done", detail, []))
     return rows
+
+
+def unfinished_earlier(n: int) -> list[tuple[Chapter, list[str]]]:
+    """(chapter, stubs still raising NotImplementedError) of every earlier chapter the learner's engine uses."""
+    out = []
+    for ch in all_chapters():
+        if ch.number >= n or ch.slug in STANDALONE:
+            continue
+        left = [s.qualname for s in skeleton.stubs_of(ch)
+                if (ch.skeleton_dir / s.path).exists() and s.ident in (ch.skeleton_dir / s.path).read_text()]
+        if left:
+            out.append((ch, left))
+    return out
+
+
+def _print_unfinished(n: int) -> None:
+    left = unfinished_earlier(n)
+    if not left:
+        return
+    total = sum(len(stubs) for _, stubs in left)
+    print(f"\nyour engine (MINE=1) still has {total} unimplemented stubs in {len(left)} earlier chapters:")
+    for ch, stubs in left:
+        shown = ", ".join(stubs[:4]) + (f", ... ({len(stubs) - 4} more)" if len(stubs) > 4 else "")
+        print(f"  ch{ch.number:02d} {ch.title}: {shown}")
 
 
 COLORS = {"done": "32", "failing": "31", "not started": "33", "untested": "35"}
@@ -158,11 +282,13 @@ def cmd_check(n: int, mine: bool, sol: bool, verbose: bool) -> int:
     t0 = time.time()
     code, records, output = run_suite(ch, tree, BUILD / "reports" / f"{ch.tag}-{kind}.jsonl",
                                       extra=[] if not verbose else ["-v"], quiet=not verbose)
-    rows = _stub_status(ch, records, None if sol else ch.skeleton_dir)
+    rows = stub_status(skeleton.stubs_of(ch), records, None if sol else ch.skeleton_dir)
     width = max((len(r[0]) for r in rows), default=10)
     print(f"\n{'TODO stub':<{width}}  status       detail")
-    for name, status, detail in rows:
+    for name, status, detail, explanation in rows:
         print(f"{name:<{width}}  {_color(f'{status:<11}', status)}  {detail}")
+        for line in explanation:  # pytest's words for what differs
+            print(f"{'':<{width}}    | {line}")
     passed = sum(r["outcome"] == "passed" for r in records)
     failed = [r for r in records if r["outcome"] == "failed"]
     skipped = sum(r["outcome"] == "skipped" for r in records)
@@ -170,6 +296,8 @@ def cmd_check(n: int, mine: bool, sol: bool, verbose: bool) -> int:
     stray = [r for r in failed if not r.get("stubs")]
     for r in stray[:5]:
         print(f"  failed: {r['test']}: {r.get('error', '')}: {r.get('message', '')}")
+    if mine:
+        _print_unfinished(n)
     if code != 0:
         if code not in (0, 1) and not records:
             print(output[-3000:])
@@ -184,6 +312,23 @@ def main_script(ch: Chapter, sol: bool) -> Path:
     return (ch.solution_dir if sol else ch.skeleton_dir) / "main.py"
 
 
+def run_script(script: Path, tree: Path, args: list[str] | None = None) -> int:
+    """Run a learner-facing program on a tree, saying where and on how many threads."""
+    check_model_env()
+    env = tree_env(tree)
+    print(f"== {_shown(script)} on {_shown(tree)}, {threads_note(env)}", flush=True)
+    return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=env).returncode
+
+
+def check_model_env() -> None:
+    """Fail at once, in one line, on a $MODEL that names no model (before a child spends seconds importing torch)."""
+    from tools.models import model_problem
+
+    name = os.environ.get("MODEL")
+    if name and (problem := model_problem(name)):
+        raise ValueError(f"MODEL={name}: {problem}")
+
+
 def cmd_run(n: int, sol: bool, mine: bool = False, tree: Path | None = None, args: list[str] | None = None) -> int:
     ch = get_chapter(n)
     tree = tree or assemble(n, "ref" if sol else ("mine" if mine else "learner"))
@@ -191,7 +336,7 @@ def cmd_run(n: int, sol: bool, mine: bool = False, tree: Path | None = None, arg
     if not script.exists():
         print(f"chapter {n} has no main.py")
         return 1
-    return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=tree_env(tree)).returncode
+    return run_script(script, tree, args)
 
 
 # ----------------------------------------------------------------------------- lab
@@ -200,14 +345,14 @@ def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int
     from tools.notebooks import kernel_env
 
     tree = assemble(n, "ref" if sol else ("mine" if mine else "learner"))
-    print(f"== JupyterLab, chapter {n} tree: {tree.relative_to(ROOT)} (open the URL with the token below; "
-          "notebooks/ holds the stage milestones; Ctrl-C stops it)", flush=True)
+    env = kernel_env(tree_env(tree))
+    print(f"== JupyterLab, chapter {n} tree: {tree.relative_to(ROOT)}, {threads_note(env)} (open the URL with the "
+          "token below; notebooks/ holds the stage milestones; Ctrl-C stops it)", flush=True)
     cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", "--no-browser", f"--ServerApp.root_dir={ROOT}",
            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []), *(args or [])]
-    try:
-        return subprocess.run(cmd, cwd=ROOT, env=kernel_env(tree_env(tree))).returncode
-    except KeyboardInterrupt:
-        return 0
+    # This process becomes JupyterLab (same pid): a signal that stops `make lab` stops the server, no orphan.
+    os.chdir(ROOT)
+    os.execve(sys.executable, cmd, env)
 
 
 EXAMPLES = ROOT / "examples"
@@ -221,8 +366,7 @@ def cmd_example(name: str, args: list[str] | None = None) -> int:
     if not script.exists():
         known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.py")))
         raise ValueError(f"no example {name!r} (examples: {known})")
-    tree = assemble(all_chapters()[-1].number, "ref")
-    return subprocess.run([sys.executable, str(script), *(args or [])], cwd=ROOT, env=tree_env(tree)).returncode
+    return run_script(script, assemble(all_chapters()[-1].number, "ref"), args)
 
 
 def capture(script: Path, tree: Path, threads: int | None = None) -> str:
@@ -262,7 +406,7 @@ def cmd_outputs(only: list[str] | None = None) -> int:
 def cmd_diff(n: int) -> int:
     """Each file as chapter n leaves it against the copy the tree had before. Labels name the chapter a copy
     comes from (chapter 17 follows 11 when 12-16 are not built; an unchanged file may come from chapter 5)."""
-    get_chapter(n)
+    get_chapter(n)  # a planned or unknown chapter says so
     before, after = reference_files(n - 1), reference_files(n)
     for rel in sorted(set(before) | set(after)):
         a = strip(before[rel]) if rel in before else []
@@ -284,14 +428,52 @@ def strip(path: Path) -> list[str]:
     return strip_markers(path.read_text()).splitlines(keepends=True)
 
 
+BACKUPS = BUILD / "backups"
+
+
+def _backup(ch: Chapter) -> Path | None:
+    """Copy the learner's chapter folder under build/backups, unless it is the pristine skeleton."""
+    if not ch.skeleton_dir.exists() or not skeleton.edited_files(ch):
+        return None
+    backup = BACKUPS / f"{ch.slug}-{time.strftime('%Y%m%d-%H%M%S')}"
+    while backup.exists():  # two saves within one second
+        backup = backup.with_name(backup.name + "+")
+    shutil.copytree(ch.skeleton_dir, backup, ignore=shutil.ignore_patterns("__pycache__"))
+    return backup
+
+
+def backups_of(ch: Chapter) -> list[Path]:
+    """The chapter's backups, oldest first (names carry the time they were made)."""
+    return sorted(BACKUPS.glob(f"{ch.slug}-*")) if BACKUPS.is_dir() else []
+
+
 def cmd_reset(n: int) -> int:
     ch = get_chapter(n)
-    if ch.skeleton_dir.exists():
-        backup = BUILD / "backups" / f"{ch.slug}-{time.strftime('%Y%m%d-%H%M%S')}"
-        shutil.copytree(ch.skeleton_dir, backup)
-        print(f"saved your chapter {n} files to {backup.relative_to(ROOT)}")
+    backup = _backup(ch)
+    if backup:
+        print(f"saved your chapter {n} files to {_shown(backup)} (`make restore CH={n}` brings them back)")
     skeleton.write(ch, force=True)
     print(f"chapters/{ch.slug} is a pristine skeleton again")
+    return 0
+
+
+def cmd_restore(n: int) -> int:
+    """Bring back the latest backup of chapter n (what `make reset` saved), saving the current files first."""
+    ch = get_chapter(n)
+    backups = backups_of(ch)
+    if not backups:
+        print(f"no backup of chapter {n} under {_shown(BACKUPS)}: `make reset CH={n}` makes one")
+        return 1
+    latest = backups[-1]
+    saved = _backup(ch)
+    if ch.skeleton_dir.exists():
+        shutil.rmtree(ch.skeleton_dir)
+    shutil.copytree(latest, ch.skeleton_dir)
+    print(f"restored chapters/{ch.slug} from {_shown(latest)}")
+    if saved:
+        print(f"(the files it replaced are saved in {_shown(saved)})")
+    if len(backups) > 1:
+        print("older backups: " + ", ".join(b.name for b in backups[:-1]))
     return 0
 
 
@@ -316,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("check", "run", "lab", "diff", "reset", "tree"):
+    for name in ("check", "run", "lab", "diff", "reset", "restore", "tree"):
         p = sub.add_parser(name)
         p.add_argument("ch", type=int)
         p.add_argument("--sol", action="store_true", help="use the reference solution of this chapter")
@@ -352,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_diff(a.ch)
         if a.cmd == "reset":
             return cmd_reset(a.ch)
+        if a.cmd == "restore":
+            return cmd_restore(a.ch)
         if a.cmd == "tree":
             print(assemble(a.ch, a.kind or ("ref" if a.sol else "learner")))
             return 0

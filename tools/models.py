@@ -334,20 +334,28 @@ def fingerprint(name: str) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
+def model_problem(name: str) -> str | None:
+    """Why `name` is no model (neither a known fixture nor a model directory), or None. Cheap: no torch."""
+    if name in BUILDERS:
+        return None
+    path = Path(name).expanduser()
+    if not path.exists():
+        return f"no such fixture or directory (fixtures: {', '.join(KNOWN)})"
+    if not (path / "config.json").is_file():
+        return "not a model directory (it has no config.json)"
+    return None
+
+
 def ensure_model(name: str) -> Path:
     """Directory of model `name` (a known fixture, built on first use, or a model directory)."""
+    if problem := model_problem(name):
+        raise ValueError(f"model {name!r}: {problem}")
     if name in BUILDERS:
         final = MODELS_DIR / name
         if not _is_current(final, name):
             _build_atomically(name, final)
         return final
-    path = Path(name).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        return path.resolve()
-    raise ValueError(
-        f"unknown model {name!r}: expected one of {', '.join(KNOWN)} "
-        "or a directory with a config.json"
-    )
+    return Path(name).expanduser().resolve()
 
 
 def _is_current(path: Path, name: str) -> bool:

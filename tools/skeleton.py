@@ -12,6 +12,7 @@ import ast
 import hashlib
 import json
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,30 +164,72 @@ def write(ch: Chapter, force: bool = False) -> list[str]:
                 continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    new_manifest = {rel: _digest(text) for rel, text in files.items()}
-    (ch.skeleton_dir / MANIFEST).write_text(json.dumps(new_manifest, indent=1, sort_keys=True) + "\n")
+    (ch.skeleton_dir / MANIFEST).write_text(_manifest_text(files))
     return kept
 
 
-def out_of_sync(ch: Chapter) -> list[str]:
-    """Differences between the committed skeleton and what generation produces (for CI)."""
+def _manifest_text(files: dict[str, str]) -> str:
+    return json.dumps({rel: _digest(text) for rel, text in files.items()}, indent=1, sort_keys=True) + "\n"
+
+
+def edited_files(ch: Chapter) -> list[str]:
+    """The learner's changes: files of chapters/<slug>/ that differ from the pristine skeleton, or are extra."""
     files, _ = generate(ch)
+    on_disk = {p.relative_to(ch.skeleton_dir).as_posix(): p for p in ch.skeleton_dir.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts} if ch.skeleton_dir.is_dir() else {}
+    on_disk.pop(MANIFEST, None)
+    return sorted(rel for rel in set(files) | set(on_disk)
+                  if rel not in files or rel not in on_disk or on_disk[rel].read_text() != files[rel])
+
+
+def _git_blob_id(text: str) -> str:
+    """The id git gives a file with this content (what `git ls-files -s` lists)."""
+    data = text.encode()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tracked_skeleton(ch: Chapter) -> dict[str, str] | None:
+    """Relative path -> git blob id of every file git holds (committed or staged) under chapters/<slug>/;
+    None outside a git checkout (a downloaded archive)."""
+    if not ch.skeleton_dir.is_dir():
+        return None
+    try:
+        out = subprocess.run(["git", "ls-files", "--stage", "-z", "--", "."], cwd=ch.skeleton_dir,
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    blobs = {}
+    for entry in filter(None, out.split("\0")):
+        meta, rel = entry.split("\t", 1)
+        blobs[rel] = meta.split()[1]
+    return blobs or None
+
+
+def out_of_sync(ch: Chapter) -> list[str]:
+    """Differences between the skeleton git holds (committed or staged) and what generation produces (for CI).
+
+    Git's copy, not the working files: a learner's own edits under chapters/ are theirs and never fail this
+    check. Outside a git checkout the working files are compared instead."""
+    files, _ = generate(ch)
+    files[MANIFEST] = _manifest_text(files)
+    tracked = tracked_skeleton(ch)
+    if tracked is None:  # no git: the files on disk
+        tracked = {p.relative_to(ch.skeleton_dir).as_posix(): _git_blob_id(p.read_text())
+                   for p in ch.skeleton_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts} \
+            if ch.skeleton_dir.is_dir() else {}
     problems = []
     for rel, text in files.items():
-        target = ch.skeleton_dir / rel
-        if not target.exists():
+        if rel not in tracked:
             problems.append(f"{ch.slug}/{rel}: missing")
-        elif target.read_text() != text:
-            problems.append(f"{ch.slug}/{rel}: differs from its solution")
-    if ch.skeleton_dir.is_dir():
-        for p in ch.skeleton_dir.rglob("*"):
-            rel = p.relative_to(ch.skeleton_dir).as_posix()
-            if p.is_file() and rel != MANIFEST and rel not in files and "__pycache__" not in rel:
-                problems.append(f"{ch.slug}/{rel}: not in the solution")
-    manifest = _manifest(ch)
-    if manifest != {rel: _digest(text) for rel, text in files.items()}:
-        problems.append(f"{ch.slug}/{MANIFEST}: stale")
+        elif tracked[rel] != _git_blob_id(text):
+            problems.append(f"{ch.slug}/{rel}: " + ("stale" if rel == MANIFEST else "differs from its solution"))
+    problems += [f"{ch.slug}/{rel}: not in the solution" for rel in sorted(set(tracked) - set(files))]
     return problems
+
+
+SYNC_ADVICE = ("run `make skeletons` and commit (or `git add`) the result. This maintainers' check compares the "
+               "skeletons git holds with solutions/; edits you have not committed never fail it. If you committed "
+               "your own chapter work, it is yours: run `make test` on a fresh clone of the course instead.")
 
 
 def main() -> int:
@@ -199,7 +242,7 @@ def main() -> int:
         problems = [p for ch in all_chapters() for p in out_of_sync(ch)]
         for p in problems:
             print("out of sync:", p)
-        print("skeletons in sync" if not problems else "run `make skeletons` and commit the result")
+        print("skeletons in sync" if not problems else SYNC_ADVICE)
         return 1 if problems else 0
     for ch in all_chapters():
         for message in write(ch):

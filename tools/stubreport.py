@@ -7,24 +7,53 @@ and to prove that a skeleton fails only because of its own stubs.
 from __future__ import annotations
 
 import json
+import os
+import traceback
 
 import pytest
+
+EXPLANATION_LINES = 6  # of pytest's assertion explanation ("E" lines) kept per failure
 
 
 def pytest_addoption(parser):
     parser.addoption("--stub-report", default=None, help="write per-test results as JSON lines here")
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """The exception and those it was raised from or during, outermost first."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not e for e in chain):
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
 def _stub_in_chain(error: BaseException) -> BaseException | None:
     """A TODO stub's NotImplementedError that another exception wraps (Triton's interpreter re-raises what a
     kernel raised as its own InterpreterError, `from` the original)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, NotImplementedError) and str(error).startswith("TODO("):
-            return error
-        error = error.__cause__ or error.__context__
-    return None
+    return next((e for e in _chain(error) if isinstance(e, NotImplementedError) and str(e).startswith("TODO(")), None)
+
+
+def _frames(error: BaseException) -> list[str]:
+    """Qualified names (`Req.complete_one`) of the functions the test called, in traceback order, the original
+    error's last: where the failing code ran, so that a failure can name the stub it happened in."""
+    names = []
+    for exc in _chain(error):
+        in_test = False
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            if os.path.basename(frame.f_code.co_filename).startswith(("test_", "conftest")):
+                in_test = True  # frames above the test are pytest's own
+                continue
+            name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name).replace(".<locals>", "")
+            if in_test or exc is not error:
+                names.append(name)
+    return names[-60:]
+
+
+def _explanation(report) -> list[str]:
+    """pytest's own explanation of the failure (its "E" lines), which says what differs, e.g. the dtypes."""
+    lines = [line[1:].strip() for line in str(report.longrepr).splitlines() if line.startswith("E ")]
+    return [line for line in lines if line][:EXPLANATION_LINES]
 
 
 def _short_reason(report) -> tuple[str, str]:
@@ -77,6 +106,9 @@ def pytest_runtest_logreport(report):
                   "stubs": getattr(report, "_stubs", [])}
         if report.failed:
             record["error"], record["message"] = _short_reason(report)
+            record["explanation"] = _explanation(report)
+            excinfo = getattr(report, "_excinfo", None)
+            record["frames"] = _frames(excinfo.value) if excinfo is not None else []
         if report.skipped:
             record["message"] = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
         _write(_config, record)

@@ -28,6 +28,18 @@ BEGIN_MARK = re.compile(r"^\s*# >>> solution\s*$")
 END_MARK = re.compile(r"^\s*# <<< solution\s*$")
 TODO_LINE = re.compile(r"^\s*# TODO\((ch\d\d)\):")
 
+# The design's chapter plan (section 6): chapters that are planned but not built yet. A command naming one
+# says so instead of "does not exist"; tests/course/test_tooling.py keeps this table and solutions/ apart.
+PLANNED = {
+    12: "messages and ZMQ",
+    13: "tokenizer and incremental detokenizer",
+    14: "scheduler I/O and aborts",
+    15: "OpenAI-compatible server",
+    16: "tensor parallelism",
+    20: "mixture of experts",
+    21: "mixed prefill + decode batches",
+}
+
 
 @dataclass(frozen=True)
 class Chapter:
@@ -64,6 +76,8 @@ def get_chapter(n: int) -> Chapter:
         if ch.number == n:
             return ch
     known = ", ".join(str(c.number) for c in all_chapters())
+    if n in PLANNED:
+        raise ValueError(f"chapter {n} is planned (not built yet): {PLANNED[n]} (built chapters: {known})")
     raise ValueError(f"chapter {n} does not exist (chapters: {known})")
 
 

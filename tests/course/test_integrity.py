@@ -67,7 +67,7 @@ def test_skeleton_fails_only_because_of_its_stubs(ch):
 
 def test_skeletons_in_sync():
     problems = [p for ch in CHAPTERS for p in skeleton.out_of_sync(ch)]
-    assert not problems, "run `make skeletons` and commit:\n" + "\n".join(problems)
+    assert not problems, skeleton.SYNC_ADVICE + "\n" + "\n".join(problems)
 
 
 def test_no_marker_leaks_into_skeletons():

@@ -1,0 +1,193 @@
+"""The learner-facing tooling around the chapters: which stub `make check` blames, what its report shows,
+planned chapters, a bad MODEL, reset/restore, the skeleton sync check and the CPU thread count."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tools import course, skeleton, tree
+from tools.tree import PLANNED, ROOT, SOLUTIONS, get_chapter
+
+
+def _record(test: str, outcome: str, stubs: list[str], frames: list[str] | None = None) -> dict:
+    return {"test": test, "outcome": outcome, "stubs": stubs, "frames": frames or []}
+
+
+# ----------------------------------------------------------------------------- blame
+def test_failure_blames_the_stub_in_its_traceback():
+    records = [_record("t1", "failed", ["A.f", "A.g"], frames=["helper", "A.g", "A.g.inner", "torch.cat"])]
+    assert course.blame(records, ["A.f", "A.g"]) == {"t1": ["A.g"]}, "the stub whose code raised is to blame"
+
+
+def test_failure_blames_a_stub_convicted_by_its_own_test():
+    records = [_record("both", "failed", ["A.f", "A.g"]), _record("g alone", "failed", ["A.g"]),
+               _record("f alone", "passed", ["A.f"])]
+    assert course.blame(records, ["A.f", "A.g"])["both"] == ["A.g"], "A.g fails a test of its own: blame it alone"
+
+
+def test_failure_blames_the_stub_that_passes_least():
+    # The issue's case: a wrong complete_one fails a test marked with complete_one, extend_len and remain_len.
+    stubs = ["Req.complete_one", "Req.extend_len", "Req.remain_len"]
+    records = [_record("walk", "failed", stubs), _record("lengths", "passed", stubs[1:]),
+               _record("generation", "passed", [stubs[0], stubs[2]]), _record("more", "failed", [stubs[0], "X.h"]),
+               _record("h", "passed", ["X.h"])]
+    assert course.blame(records, stubs + ["X.h"])["walk"] == ["Req.complete_one"]
+
+
+def test_failure_blames_every_mark_when_nothing_tells_them_apart():
+    records = [_record("t", "failed", ["A.f", "A.g"])]
+    assert course.blame(records, ["A.f", "A.g"]) == {"t": ["A.f", "A.g"]}
+
+
+def test_check_table_shows_blamed_stub_failing_and_its_neighbours_done():
+    stubs = [skeleton.Stub("ch01", name, "m.py") for name in ("A.f", "A.g")]
+    records = [_record("t_fg", "failed", ["A.f", "A.g"], frames=["A.f"]), _record("t_g", "passed", ["A.g"])]
+    records[0].update(error="AssertionError", message="assert 1 == 2", explanation=["assert 1 == 2", "dtype differs"])
+    rows = {name: (status, explanation) for name, status, _, explanation in course.stub_status(stubs, records, None)}
+    assert rows["A.f"] == ("failing", ["dtype differs"]), f"A.f's row: {rows['A.f']}"
+    assert rows["A.g"][0] == "done", f"A.g is not to blame: {rows['A.g']}"
+
+
+# ----------------------------------------------------------------------------- the pytest plugin
+def test_stub_report_records_frames_and_pytest_explanation(tmp_path):
+    (tmp_path / "engine.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Req:
+            def tokens(self):
+                return torch.tensor([10, 11], dtype=torch.float32)
+
+            def complete_one(self):
+                def bump(x):
+                    raise IndexError("past the end")
+                bump(1)
+    """))
+    (tmp_path / "test_engine.py").write_text(textwrap.dedent("""
+        import torch
+        from engine import Req
+
+        def test_dtype():
+            t = Req().tokens()
+            assert (t.tolist() == [10, 11] and t.dtype == torch.int32)
+
+        def test_raises():
+            Req().complete_one()
+    """))
+    report = tmp_path / "report.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "tools.stubreport", f"--stub-report={report}", "-q",
+                    "-p", "no:cacheprovider", "--tb=short", str(tmp_path)], cwd=tmp_path, env=env,
+                   capture_output=True, text=True, timeout=300)
+    records = {r["test"].split("::")[-1]: r for r in map(json.loads, report.read_text().splitlines())}
+    explanation = "\n".join(records["test_dtype"]["explanation"])
+    assert "torch.float32" in explanation, f"pytest's explanation names the dtype: {explanation!r}"
+    frames = records["test_raises"]["frames"]
+    assert frames[-2:] == ["Req.complete_one", "Req.complete_one.bump"], f"frames of the failure: {frames}"
+
+
+# ----------------------------------------------------------------------------- planned chapters, MODEL
+def test_planned_chapters_are_not_built():
+    built = {int(d.name[2:4]) for d in SOLUTIONS.glob("ch[0-9][0-9]_*")}
+    assert not built & set(PLANNED), f"chapters both planned and built: {sorted(built & set(PLANNED))}"
+
+
+def _course(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.course", *args], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", ["check", "run", "diff", "reset"])
+def test_planned_chapter_says_so(command):
+    proc = _course(command, "12")
+    assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
+    assert "chapter 12 is planned (not built yet)" in proc.stderr, proc.stderr
+
+
+def test_missing_model_is_one_line_at_once():
+    t0 = time.perf_counter()
+    proc = _course("example", "generate", MODEL="/nonexistent/model")
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
+    assert proc.stderr.strip().splitlines() == [
+        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, smollm2)"
+    ], f"one line, no traceback: {proc.stderr}"
+    assert elapsed < 15, f"the check took {elapsed:.1f} s: it must not wait for torch in a child process"
+
+
+# ----------------------------------------------------------------------------- reset / restore, sync check
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """A copy of chapter 1's skeleton as the learner's chapters/, and backups under tmp_path."""
+    ch = get_chapter(1)
+    shutil.copytree(ch.skeleton_dir, tmp_path / "chapters" / ch.slug)
+    monkeypatch.setattr(tree, "CHAPTERS", tmp_path / "chapters")
+    monkeypatch.setattr(course, "BACKUPS", tmp_path / "backups")
+    return get_chapter(1)
+
+
+def test_reset_keeps_no_backup_of_a_pristine_chapter(workspace):
+    course.cmd_reset(1)
+    assert course.backups_of(workspace) == [], "nothing differed from the skeleton: no backup"
+
+
+def test_restore_brings_back_what_reset_saved(workspace):
+    core = workspace.skeleton_dir / "minisgl" / "core.py"
+    pristine = core.read_text()
+    core.write_text(pristine + "# my work\n")
+    course.cmd_reset(1)
+    assert core.read_text() == pristine, "reset restores the skeleton"
+    assert len(course.backups_of(workspace)) == 1
+    assert course.cmd_restore(1) == 0
+    assert core.read_text() == pristine + "# my work\n", "restore brings back the learner's file"
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_sync_check_ignores_a_learners_edit_but_not_a_committed_change(workspace):
+    repo = workspace.skeleton_dir.parent
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "skeletons")
+    assert skeleton.out_of_sync(workspace) == [], "the committed skeleton is in sync"
+    core = workspace.skeleton_dir / "minisgl" / "core.py"
+    core.write_text(core.read_text() + "# the learner's work\n")
+    assert skeleton.out_of_sync(workspace) == [], "a learner's edit in chapters/ must not fail the sync check"
+    _git(repo, "add", "-A")  # what git holds now differs from what the solutions generate
+    assert skeleton.out_of_sync(workspace) == [f"{workspace.slug}/minisgl/core.py: differs from its solution"]
+
+
+def test_sync_check_without_git_reads_the_files(workspace):
+    assert skeleton.out_of_sync(workspace) == []
+    (workspace.skeleton_dir / "minisgl" / "core.py").write_text("edited\n")
+    assert skeleton.out_of_sync(workspace) == [f"{workspace.slug}/minisgl/core.py: differs from its solution"]
+
+
+# ----------------------------------------------------------------------------- CPU threads
+def test_cpu_threads_honours_the_setting_and_fits_the_machine(monkeypatch):
+    monkeypatch.setenv("MINISGL_CPU_THREADS", "3")
+    assert course.cpu_threads() == 3
+    env = course.tree_env(ROOT)
+    assert env["OMP_NUM_THREADS"] == env["MINISGL_CPU_THREADS"] == "3", "every library gets the same count"
+    monkeypatch.delenv("MINISGL_CPU_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert 1 <= course.cpu_threads() <= len(os.sched_getaffinity(0))
+
+
+def test_mine_lists_the_stubs_earlier_chapters_still_lack(workspace):
+    stubs = [s.qualname for s in skeleton.stubs_of(workspace)]
+    assert [(ch.number, left) for ch, left in course.unfinished_earlier(3)] == [(1, stubs)]
+    for rel, src in skeleton.chapter_sources(workspace).items():  # the learner finishes chapter 1
+        shutil.copy(src, workspace.skeleton_dir / rel)
+    assert course.unfinished_earlier(3) == [], "a finished chapter has nothing left"
