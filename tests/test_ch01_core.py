@@ -117,3 +117,44 @@ def test_batch_validation():
     with pytest.raises(ValueError):
         Batch([make_req()], "extend")
     assert Batch([make_req(), make_req(uid=1)], "decode").size == 2
+
+
+@pytest.mark.stubs("Context.forward_batch")
+def test_forward_batch_makes_its_context_the_global_one_and_puts_the_previous_back():
+    outer, inner = Context(), Context()
+    set_global_ctx(outer)
+    batch = Batch([make_req()], "decode")
+    with inner.forward_batch(batch):
+        assert get_global_ctx() is inner and get_global_ctx().batch is batch, "layers must find the forwarding context"
+    assert get_global_ctx() is outer, "the previous global context comes back"
+    with pytest.raises(KeyError):
+        with inner.forward_batch(batch):
+            raise KeyError("boom")
+    assert get_global_ctx() is outer, "even when the forward pass raises"
+
+
+@pytest.mark.parametrize("field, value", [("temperature", float("nan")), ("temperature", float("inf")),
+                                          ("top_k", 2.5), ("max_tokens", True), ("max_tokens", 3.0),
+                                          ("top_p", float("nan")), ("ignore_eos", "yes"), ("top_k", -2)])
+def test_each_bad_field_is_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=f"^{field} must"):
+        SamplingParams(**{field: value})
+
+
+def test_a_field_changed_after_construction_is_caught_by_validate():
+    params = SamplingParams(max_tokens=4)
+    params.validate()
+    params.max_tokens = -200
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1, got -200"):
+        params.validate()
+
+
+def test_numpy_integers_are_accepted_as_ints():
+    numpy = pytest.importorskip("numpy")
+    params = SamplingParams(max_tokens=numpy.int64(5), top_k=numpy.int32(3))
+    assert (params.max_tokens, params.top_k) == (5, 3) and type(params.max_tokens) is int
+
+
+@pytest.mark.parametrize("temperature, greedy", [(0.0, True), (1e-45, True), (9e-6, True), (1e-5, False), (0.7, False)])
+def test_temperatures_too_small_to_divide_by_are_greedy(temperature, greedy):
+    assert SamplingParams(temperature=temperature).is_greedy is greedy

@@ -159,3 +159,16 @@ def test_max_tokens_below_one_is_refused():
 def test_sizes_are_positive_integers_or_none(field, value):
     with pytest.raises(ValueError, match=f"{field} must be a positive integer or None"):
         EngineConfig(model_path("tiny-qwen3"), **{field: value})
+
+
+@pytest.mark.stubs(*ENGINE_STUBS)
+def test_two_engines_in_one_process_each_run_their_own_model():
+    """Each engine forwards with its own context: the older one keeps working after a newer one is made."""
+    first = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=128))
+    second = Engine(EngineConfig(model_path("tiny-llama"), max_running_reqs=2, max_seq_len=64, num_pages=128))
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    for name, eng in [("tiny-qwen3", first), ("tiny-llama", second), ("tiny-qwen3", first)]:
+        batcher = ManualBatcher(eng)
+        prompt = prompt_ids(name, 1)[0]
+        assert batcher.generate([prompt], params)[0] == hf_greedy(name, prompt, 5), f"{name} differs from HF"
+        assert_clean(batcher)

@@ -297,3 +297,24 @@ def test_one_text_prompt_is_one_request():
     listed = llm.generate(["hello"], SamplingParams(max_tokens=3, ignore_eos=True))
     assert len(alone) == 1 and alone == listed, f"a text prompt on its own: {alone} vs {listed}"
     assert len(llm.scheduler.history) == 3, "history holds the last call's batches only (1 prefill + 2 decodes)"
+
+
+@pytest.mark.stubs("LLM.generate")
+def test_sampling_params_changed_after_construction_are_checked_when_queued():
+    llm = LLM(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64, num_pages=30)
+    params = SamplingParams(max_tokens=3)
+    params.max_tokens = -200
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1, got -200"):
+        llm.generate([[5, 6, 7]], params)
+    assert llm.scheduler.idle
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*LOOP_STUBS, "LLM.generate")
+def test_a_temperature_too_small_to_divide_by_samples_greedily():
+    name = "tiny-qwen3"
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=64)
+    prompt = prompt_ids(name, 1)[0]
+    out = llm.generate([prompt], SamplingParams(temperature=1e-45, max_tokens=4, ignore_eos=True))
+    assert out[0]["token_ids"] == hf_greedy(name, prompt, 4)
+    assert_clean(llm)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Literal
@@ -24,18 +26,45 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        """ValueError naming the field and its value if a setting is unusable. It runs when the params are made
+        and again when a request is queued (Engine.check_request): a field changed in between is caught too.
+        Integers may be numpy or torch integer scalars (they become ints); bools are not numbers here."""
+        self.max_tokens = _integer("max_tokens", self.max_tokens, minimum=1)
+        self.top_k = _integer("top_k", self.top_k, minimum=-1)
+        if self.top_k == 0:
+            raise ValueError("top_k must be -1 (off) or >= 1, got 0")
+        self.temperature = _real("temperature", self.temperature)
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        self.top_p = _real("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        """Greedy at temperature 0, top_k 1, and below GREEDY_BELOW: logits divided by a temperature that small
+        overflow float32 (a softmax of inf is NaN), and what they would sample is the argmax anyway."""
+        return self.temperature < GREEDY_BELOW or self.top_k == 1
+
+
+GREEDY_BELOW = 1e-5  # temperatures below this sample greedily (vLLM's threshold, _SAMPLING_EPS)
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 @dataclass(eq=False)
@@ -131,8 +160,9 @@ class Batch:
 class Context:
     """What every layer may need during a forward pass, without threading it through every call.
 
-    The one piece of global state in the engine: set once by the engine (set_global_ctx), read by
-    layers (get_global_ctx). `batch` is only valid inside `forward_batch`.
+    The one piece of global state in the engine: read by layers (get_global_ctx), set by whoever forwards a
+    batch (forward_batch installs its context for the block; set_global_ctx sets one outside any batch).
+    `batch` is only valid inside `forward_batch`.
     """
 
     def __init__(self, page_size: int = 1) -> None:
@@ -150,8 +180,11 @@ class Context:
 
     @contextmanager
     def forward_batch(self, batch: Batch) -> Iterator[Batch]:
-        """Make `batch` the current batch for the duration of the block, even if the block raises."""
-        # TODO(ch01): refuse nesting (RuntimeError), set the batch, yield it, and always reset it.
+        """Make `batch` the current batch, and this context the one layers find (get_global_ctx), for the
+        duration of the block, even if the block raises. Each engine has its own context, so several engines
+        can live in one process: whichever is forwarding a batch is the one the layers see."""
+        # TODO(ch01): refuse nesting (RuntimeError); set the batch and make this context the global one; yield
+        # the batch; always reset the batch and put the previous global context back.
         raise NotImplementedError("TODO(ch01): Context.forward_batch")
 
 

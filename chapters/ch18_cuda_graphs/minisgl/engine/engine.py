@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from minisgl.attention import create_attention_backend
-from minisgl.core import Batch, Context, SamplingParams, set_global_ctx
+from minisgl.core import Batch, Context, SamplingParams
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.graph import GraphRunner, capture_sizes
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
@@ -49,7 +49,6 @@ class Engine:
         self.ctx = Context(config.page_size)
         self.ctx.kv_cache, self.ctx.attn_backend = self.kv_cache, self.attn_backend
         self.ctx.page_table = self.page_table
-        set_global_ctx(self.ctx)
         self.sampler = Sampler(self.device, config.seed)
         self.graph_runner = None
         if config.cuda_graph_max_bs:
@@ -77,6 +76,7 @@ class Engine:
         """Refuse what the engine cannot run, before any state changes (ValueError naming the problem)."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        params.validate()  # again: a field may have changed since the params were made
         ids = input_ids.tolist() if isinstance(input_ids, torch.Tensor) else list(input_ids)
         if not ids:
             raise ValueError("empty prompt: a request needs at least one token")
