@@ -62,7 +62,8 @@ def test_add_one_req_cuts_a_chunk_and_reserves_the_rest(engine):
     req.complete_one()
     last = adder._add_one_req(p, req.cache_handle, row, req.cached_len)
     assert type(last).__name__ == "Req" and (last.cached_len, last.device_len) == (10, 25)
-    assert (adder.token_budget, adder.reserved) == (85, 3 + 30 + 20), f"(budget, reserved) {(adder.token_budget, adder.reserved)}"
+    state = (adder.token_budget, adder.reserved)
+    assert state == (85, 3 + 30 + 20), f"(budget, reserved) after the rest: {state}"
     assert last.can_decode and last.prompt_len == 25, "the last chunk is an ordinary request"
     engine.table.free(row)
 
@@ -88,7 +89,7 @@ def test_try_add_one_continues_a_chunked_request_without_a_new_admission(engine)
     engine.table.free(first.table_idx)
 
 
-# ---------------------------------------------------------------- reservations in whole pages, caching only whole prompts
+# ------------------------------------------------------------ reservations in whole pages, caching only whole prompts
 
 def whole_pages(n: int, page_size: int) -> int:
     """Slots of the pages that hold n tokens."""
