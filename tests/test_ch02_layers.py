@@ -21,13 +21,61 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def rms_norm_float64(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    x64 = x.double()
+    return x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+
+
+def rows_of_scales(scales: list[float], width: int = 64, seed: int = 0) -> torch.Tensor:
+    """Random rows, row i multiplied by scales[i]: a row whose mean square is near eps is where eps matters."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(len(scales), width, generator=g) * torch.tensor(scales)[:, None]
+
+
 @pytest.mark.stubs("rms_norm")
 def test_rms_norm_matches_float64():
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(7, 64, generator=g), torch.randn(64, generator=g)
-    x64 = x.double()
-    ref = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
-    assert rel_err(rms_norm(x, w, 1e-6), ref) < 1e-6
+    err = rel_err(rms_norm(x, w, 1e-6), rms_norm_float64(x, w, 1e-6))
+    assert err < 1e-6, f"relative error {err:.2e} against the float64 formula"
+
+
+# Rows from 1e-4 to 10: with eps = 1e-6, the rows near 1e-3 have a mean square near eps, so a norm without eps,
+# or with eps added after the square root (x / (sqrt(mean) + eps)), is off by about 40% there; each row is
+# normalised by its own mean square. A float32 norm stays within a few 1e-7 of the float64 formula.
+@pytest.mark.stubs("rms_norm")
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 1e-2])
+def test_rms_norm_where_epsilon_matters(eps):
+    x = rows_of_scales([1e-4, 5e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0, 10.0])
+    w = torch.linspace(-2.0, 2.0, 64)
+    out, ref = rms_norm(x, w, eps), rms_norm_float64(x, w, eps)
+    for i, (got, want) in enumerate(zip(out, ref)):
+        err = rel_err(got, want)
+        assert err < 1e-6, f"eps={eps}: row {i} (scale {x[i].abs().mean():.1e}) is off by {err:.2e} (relative)"
+
+
+@pytest.mark.stubs("rms_norm")
+def test_rms_norm_of_a_zero_row_is_zero():
+    out = rms_norm(torch.zeros(2, 8), torch.ones(8), 1e-6)
+    assert torch.isfinite(out).all(), f"eps keeps an all-zero row finite, got {out[0].tolist()}"
+    assert out.tolist() == [[0.0] * 8] * 2, f"a zero row normalises to zeros, got {out.tolist()}"
+
+
+@pytest.mark.stubs("rms_norm", "fused_add_rms_norm")
+def test_norm_layers_use_their_own_epsilon():
+    x, r = rows_of_scales([1e-2, 0.1, 1.0], seed=1), rows_of_scales([1e-2, 0.1, 1.0], seed=2)
+    w = torch.linspace(0.5, 1.5, 64)
+    for layer_type in (RMSNorm, RMSNormFused):
+        layer = layer_type(64, eps=1e-2)  # the size of the mean square of the first rows
+        layer.weight = w
+        out = layer(x)[0] if layer_type is RMSNormFused else layer(x)
+        err = rel_err(out, rms_norm_float64(x, w, 1e-2))
+        assert err < 1e-6, f"{layer_type.__name__}(eps=1e-2) is off by {err:.2e} (relative)"
+    layer = RMSNormFused(64, eps=1e-2)
+    layer.weight = w
+    normed, _ = layer(x, r)
+    err = rel_err(normed, rms_norm_float64(x + r, w, 1e-2))
+    assert err < 1e-6, f"RMSNormFused(eps=1e-2) with a residual is off by {err:.2e} (relative)"
 
 
 @pytest.mark.stubs("rms_norm")
@@ -39,8 +87,7 @@ def test_rms_norm_matches_hf_in_bfloat16():
     hf = Qwen3RMSNorm(32, eps=1e-6)
     hf.weight.data = torch.randn(32, generator=g).bfloat16()  # a bf16 model: weight and activations in bf16
     out = rms_norm(x, hf.weight.data, 1e-6)
-    assert out.dtype == torch.bfloat16
-    assert out.dtype == hf(x).dtype
+    assert out.dtype == hf(x).dtype == torch.bfloat16, f"rms_norm gave {out.dtype}, HF {hf(x).dtype}"
     assert torch.equal(out, hf(x)), "same operations in the same order give identical bits"
 
 
@@ -49,12 +96,16 @@ def test_fused_add_rms_norm():
     g = torch.Generator().manual_seed(2)
     x, r, w = torch.randn(3, 16, generator=g), torch.randn(3, 16, generator=g), torch.randn(16, generator=g)
     normed, summed = fused_add_rms_norm(x, r, w, 1e-5)
-    assert torch.equal(summed, x + r)
-    assert torch.allclose(normed, rms_norm(x + r, w, 1e-5))
+    assert torch.equal(summed, x + r), "the second output is x + residual"
+    assert torch.allclose(normed, rms_norm(x + r, w, 1e-5)), "the first output is the norm of x + residual"
     layer = RMSNormFused(16, 1e-5)
     layer.weight = w
     first, carried = layer(x)
-    assert torch.equal(carried, x) and torch.allclose(first, rms_norm(x, w, 1e-5))
+    assert torch.equal(carried, x), "with no residual yet, x itself is carried as the residual"
+    assert torch.allclose(first, rms_norm(x, w, 1e-5)), "with no residual yet, the layer normalises x"
+    small, small_r = rows_of_scales([1e-3, 2e-3, 1e-2], 16), rows_of_scales([1e-3, 1e-3, 1e-2], 16, seed=1)
+    err = rel_err(fused_add_rms_norm(small, small_r, w, 1e-5)[0], rms_norm_float64(small + small_r, w, 1e-5))
+    assert err < 1e-6, f"fused norm of small rows (where eps matters) off by {err:.2e} (relative)"
 
 
 @pytest.mark.stubs("silu_and_mul")
@@ -62,7 +113,7 @@ def test_silu_and_mul():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(4, 2 * 24, generator=g, dtype=torch.float64)
     gate, up = x[:, :24], x[:, 24:]
-    assert torch.allclose(silu_and_mul(x), gate / (1 + torch.exp(-gate)) * up)
+    assert torch.allclose(silu_and_mul(x), gate / (1 + torch.exp(-gate)) * up), "silu(first half) * second half"
 
 
 @pytest.mark.stubs("apply_rotary_emb")
@@ -71,14 +122,16 @@ def test_rotation_preserves_norm_and_relative_angle():
     rope = RotaryEmbedding(head_dim=32, max_position=64, base=10000.0)
     q, k = torch.randn(1, 2, 32, generator=g), torch.randn(1, 2, 32, generator=g)
     q_rot, k_rot = rope(torch.tensor([5]), q, k)
-    assert torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+    assert torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1), atol=1e-5), "a rotation keeps every head's length"
     # <rot(q, m), rot(k, n)> depends only on m - n: that is what makes RoPE a *relative* encoding.
     scores = []
     for m, n in [(7, 3), (20, 16), (40, 36)]:
         qm, _ = rope(torch.tensor([m]), q, q)
         _, kn = rope(torch.tensor([n]), k, k)
         scores.append((qm * kn).sum(-1))
-    assert torch.allclose(scores[0], scores[1], atol=1e-4) and torch.allclose(scores[0], scores[2], atol=1e-4)
+    # float32 angles m * theta carry an error ~1e-7 * m: the scores (|q||k| ~ 35) agree within ~2e-6, 1e-4 is ample.
+    assert torch.allclose(scores[0], scores[1], atol=1e-4) and torch.allclose(scores[0], scores[2], atol=1e-4), \
+        f"scores at offset 4 from positions 3, 16, 36: {[sc.tolist() for sc in scores]}"
 
 
 @pytest.mark.stubs("apply_rotary_emb")
@@ -94,9 +147,10 @@ def test_rope_matches_hf():
     angles = torch.outer(positions.float(), inv)
     emb = torch.cat([angles, angles], -1)
     hf_q, hf_k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], emb.cos()[None], emb.sin()[None])
-    assert rel_err(ours_q, hf_q[0].transpose(0, 1)) < 1e-6
-    assert rel_err(ours_k, hf_k[0].transpose(0, 1)) < 1e-6
-    assert torch.equal(rotate_half(torch.arange(4.0)), torch.tensor([-2.0, -3.0, 0.0, 1.0]))
+    for name, ours, hf in ("q", ours_q, hf_q), ("k", ours_k, hf_k):
+        err = rel_err(ours, hf[0].transpose(0, 1))
+        assert err < 1e-6, f"rotated {name} differs from HF's by {err:.2e} (relative)"
+    assert rotate_half(torch.arange(4.0)).tolist() == [-2.0, -3.0, 0.0, 1.0], "rotate_half([x1 | x2]) = [-x2 | x1]"
 
 
 @pytest.mark.stubs("llama3_inv_freq")
@@ -109,7 +163,7 @@ def test_llama3_scaling_matches_hf():
     hf_inv, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
     ours = llama3_inv_freq(default_inv_freq(32, 10000.0), LLAMA3)
     base = default_inv_freq(32, 10000.0)
-    assert rel_err(ours, hf_inv) < 1e-6
+    assert rel_err(ours, hf_inv) < 1e-6, f"llama3 frequencies differ from HF's by {rel_err(ours, hf_inv):.2e}"
     assert not torch.allclose(ours, base), "the fixture's scaling must actually change some frequencies"
     assert torch.allclose(ours[:2], base[:2]), "high frequencies (short wavelengths) are kept"
     assert torch.allclose(ours[-1], base[-1] / 8.0), "the lowest frequency is divided by factor"
@@ -118,11 +172,13 @@ def test_llama3_scaling_matches_hf():
 @pytest.mark.stubs("LinearQKVMerged.forward")
 def test_qkv_merged_splits_in_order():
     layer = LinearQKVMerged(hidden_size=8, head_dim=4, num_qo_heads=4, num_kv_heads=2)
-    assert tuple(layer.weight.shape) == (16 + 8 + 8, 8)
+    assert tuple(layer.weight.shape) == (16 + 8 + 8, 8), f"merged weight of shape {tuple(layer.weight.shape)}"
     layer.weight = torch.cat([torch.full((16, 8), 1.0), torch.full((8, 8), 2.0), torch.full((8, 8), 3.0)])
     q, k, v = layer(torch.ones(3, 8))
-    assert q.shape == (3, 16) and k.shape == (3, 8) and v.shape == (3, 8)
-    assert q.unique().tolist() == [8.0] and k.unique().tolist() == [16.0] and v.unique().tolist() == [24.0]
+    shapes = [tuple(t.shape) for t in (q, k, v)]
+    assert shapes == [(3, 16), (3, 8), (3, 8)], f"q, k, v shapes {shapes}"
+    values = [t.unique().tolist() for t in (q, k, v)]
+    assert values == [[8.0], [16.0], [24.0]], f"q, k, v come from rows 0-15, 16-23, 24-31: got values {values}"
 
 
 def test_state_dict_names_and_loading():
@@ -135,8 +191,8 @@ def test_state_dict_names_and_loading():
     block = Block()
     assert sorted(block.state_dict()) == ["layers.0.weight", "layers.1.weight", "norm.weight"]
     new = {k: torch.full((4,), float(i)) for i, k in enumerate(sorted(block.state_dict()))}
-    assert block.load_state_dict(new) == set(new)
-    assert block.norm.weight.tolist() == [2.0] * 4
+    assert block.load_state_dict(new) == set(new), "load_state_dict returns the names it loaded"
+    assert block.norm.weight.tolist() == [2.0] * 4, f"norm.weight is {block.norm.weight.tolist()}"
     with pytest.raises(ValueError):
         block.load_state_dict({**new, "norm.weight": torch.zeros(5)})
     with pytest.raises(KeyError):
@@ -146,4 +202,4 @@ def test_state_dict_names_and_loading():
 def test_unknown_rope_type_is_refused():
     with pytest.raises(ValueError):
         RotaryEmbedding(32, 16, 10000.0, {"rope_type": "yarn", "factor": 2.0})
-    assert math.isclose(float(default_inv_freq(32, 10000.0)[0]), 1.0)
+    assert math.isclose(float(default_inv_freq(32, 10000.0)[0]), 1.0), "the first frequency is base^0 = 1"

@@ -53,7 +53,7 @@ def test_batching_does_not_change_results(engine):
     batcher = ManualBatcher(eng)
     together = batcher.generate(prompts, params)
     alone = [batcher.generate([p], params)[0] for p in prompts]
-    assert together == alone
+    assert together == alone, f"{name}: tokens in a batch of 3 {together} vs one at a time {alone}"
     assert_clean(batcher)
 
 
@@ -65,7 +65,7 @@ def test_eos_stops_a_request_like_hf():
     prompt = prompt_ids(name, 1)[0]
     out = batcher.generate([prompt], SamplingParams(max_tokens=64))[0]
     ref = hf_greedy(name, prompt, 64, stop_at_eos=True)
-    assert out == ref
+    assert out == ref, f"engine {out} vs HF {ref}"
     assert out[-1] in eng.model_config.eos_token_ids, "the fixture prompt should finish within 64 tokens"
     assert_clean(batcher)
 
@@ -75,11 +75,11 @@ def test_kv_pool_is_sized_from_memory():
     path = model_path("tiny-qwen3")
     eng = Engine(EngineConfig(path, max_running_reqs=2, max_seq_len=64, cpu_kv_cache_mb=1))
     per_token = eng.kv_bytes_per_token
-    assert eng.num_pages == min(2**20 // per_token, 2 * 64)
+    assert eng.num_pages == min(2**20 // per_token, 2 * 64), f"{eng.num_pages} pages from 1 MiB at {per_token} B/token"
     big = Engine(EngineConfig(path, max_running_reqs=2, max_seq_len=64, cpu_kv_cache_mb=64))
     assert big.num_pages == 128, "never more pages than the page table can address"
     paged = Engine(EngineConfig(path, max_running_reqs=2, max_seq_len=64, page_size=4, cpu_kv_cache_mb=64))
-    assert paged.num_pages == 32 and paged.kv_cache.num_slots == 128
+    assert (paged.num_pages, paged.kv_cache.num_slots) == (32, 128), "pages of 4 slots: 32 pages, 128 slots"
     with pytest.raises(ValueError, match="no room"):
         Engine(EngineConfig(path, cpu_kv_cache_mb=0))
 
@@ -89,20 +89,91 @@ def test_greedy_and_top_k_1_take_the_argmax():
     logits = torch.tensor([[0.1, 3.0, 0.2], [5.0, 1.0, 4.9]])
     sampler = Sampler("cpu", seed=0)
     greedy = BatchSamplingArgs(temperatures=None)
-    assert sampler.sample(logits, greedy).tolist() == [1, 0]
+    tokens = sampler.sample(logits, greedy)
+    assert tokens.dtype == torch.int32 and tokens.tolist() == [1, 0], f"greedy picked {tokens} (want int32 [1, 0])"
     args = BatchSamplingArgs(torch.tensor([1.0, 1.0]), torch.tensor([1, 1]), torch.tensor([1.0, 1.0]))
     for _ in range(20):
-        assert sampler.sample(logits, args).tolist() == [1, 0]
+        tokens = sampler.sample(logits, args).tolist()
+        assert tokens == [1, 0], f"top-k 1 sampled {tokens}, not the argmax [1, 0]"
+
+
+def kept(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> list[list[bool]]:
+    return torch.isfinite(top_k_top_p_filter(logits, torch.tensor(top_k), torch.tensor(top_p))).tolist()
 
 
 @pytest.mark.stubs("top_k_top_p_filter")
 def test_top_k_top_p_filter():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]))
-    kept = top_k_top_p_filter(logits, torch.tensor([2, -1]), torch.tensor([1.0, 0.6]))
-    assert torch.isfinite(kept[0]).tolist() == [True, True, False, False], "top-k 2 keeps the best two"
-    assert torch.isfinite(kept[1]).tolist() == [False, False, True, True], "top-p 0.6 needs 0.5 + 0.3"
-    tiny_p = top_k_top_p_filter(logits, torch.tensor([-1, -1]), torch.tensor([1e-6, 1e-6]))
-    assert torch.isfinite(tiny_p).sum(-1).tolist() == [1, 1], "the best token always survives"
+    assert kept(logits, [2, -1], [1.0, 0.6]) == [[True, True, False, False], [False, False, True, True]], \
+        "row 0: top-k 2 keeps the best two; row 1: top-p 0.6 needs 0.5 + 0.3"
+    counts = torch.tensor(kept(logits, [-1, -1], [1e-6, 1e-6])).sum(-1).tolist()
+    assert counts == [1, 1], f"the best token always survives a tiny top_p: kept {counts}"
+    both = kept(logits, [3, 2], [0.6, 0.9])
+    assert both == [[True, True, False, False], [False, False, True, True]], f"the stricter filter wins: {both}"
+
+
+# The nucleus (Holtzman et al.; Hugging Face's TopPLogitsWarper): the fewest best tokens whose probabilities sum
+# to at least top_p. The token whose running sum crosses top_p is kept; every later one is dropped.
+@pytest.mark.stubs("top_k_top_p_filter")
+@pytest.mark.parametrize("top_p,count", [(0.499, 1), (0.501, 2), (0.799, 2), (0.801, 3), (0.949, 3), (0.951, 4),
+                                         (1.0, 4)])
+def test_top_p_keeps_the_token_that_crosses_it(top_p, count):
+    logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]]))  # running sums by rank: 0.5, 0.8, 0.95, 1
+    want = [[rank < count for rank in (2, 0, 3, 1)]]
+    assert kept(logits, [-1], [top_p]) == want, f"top_p={top_p} must keep the best {count} tokens"
+
+
+@pytest.mark.stubs("top_k_top_p_filter")
+@pytest.mark.parametrize("top_p,count", [(0.25, 1), (0.5, 2), (0.75, 3), (1.0, 4)])
+def test_top_p_exactly_at_a_running_sum(top_p, count):
+    """Four equal logits: every probability is exactly 1/4, so the running sums 0.25, 0.5, 0.75 are exact. When one
+    equals top_p, its token completes the nucleus and the next is dropped (keeping it too is one token too many)."""
+    logits = torch.zeros(1, 4)
+    got = sum(kept(logits, [-1], [top_p])[0])
+    assert got == count, f"top_p={top_p} over four tokens of 1/4: kept {got}, the nucleus has {count}"
+
+
+def nucleus_float64(probs: list[float], temperature: float, top_k: int, top_p: float) -> list[float]:
+    """The distribution to sample from, by the definition: temperature first, then top-k and top-p on the
+    tempered probabilities, then renormalise (Hugging Face's and SGLang's order)."""
+    tempered = torch.tensor(probs, dtype=torch.float64).log().div(temperature).softmax(-1)
+    order = tempered.argsort(descending=True).tolist()
+    keep, total = set(), 0.0
+    for rank, token in enumerate(order):
+        if (top_k != -1 and rank >= top_k) or (rank > 0 and total >= top_p):
+            break
+        keep.add(token)
+        total += float(tempered[token])
+    out = torch.tensor([float(tempered[t]) if t in keep else 0.0 for t in range(len(probs))], dtype=torch.float64)
+    return (out / out.sum()).tolist()
+
+
+SAMPLING_CASES = [  # (temperature, top_k, top_p): each case's distribution differs from its neighbours'
+    (1.0, -1, 1.0),
+    (0.5, -1, 1.0),  # colder: the best token gains
+    (2.0, -1, 1.0),  # warmer: flatter
+    (2.0, -1, 0.7),  # tempered first: 0.38 + 0.29 < 0.7 keeps three tokens (untempered, two: 0.5 + 0.3)
+    (0.5, -1, 0.6),  # tempered: the best token alone (0.68) covers 0.6 (untempered, two: 0.5 + 0.3)
+    (2.0, 2, 1.0),
+    (0.7, 3, 0.9),
+]
+
+
+@pytest.mark.stubs("Sampler.sample", "top_k_top_p_filter")
+@pytest.mark.parametrize("temperature,top_k,top_p", SAMPLING_CASES)
+def test_sampling_frequencies_follow_temperature_then_filters(temperature, top_k, top_p):
+    probs = [0.5, 0.3, 0.15, 0.05]
+    want = nucleus_float64(probs, temperature, top_k, top_p)
+    n = 6000
+    logits = torch.tensor(probs).log().repeat(n, 1)
+    args = BatchSamplingArgs(torch.full((n,), temperature), torch.full((n,), top_k), torch.full((n,), top_p))
+    tokens = Sampler("cpu", seed=2).sample(logits, args)
+    freq = (torch.bincount(tokens.long(), minlength=4).double() / n).tolist()
+    never = [t for t in range(4) if want[t] == 0.0 and freq[t] > 0]
+    assert not never, f"tokens {never} are outside the filters yet were sampled: {freq} vs {want}"
+    # 6000 draws: a frequency's standard deviation is at most 0.0065, 0.03 is over 4.5 of them.
+    worst = max(abs(f - w) for f, w in zip(freq, want))
+    assert worst < 0.03, f"T={temperature}, top_k={top_k}, top_p={top_p}: frequencies {freq} vs {want}"
 
 
 @pytest.mark.stubs("Sampler.sample", "top_k_top_p_filter")
@@ -123,9 +194,11 @@ def test_sampling_args_from_requests():
     def req(**kw):
         return Req(torch.ones(2, dtype=torch.int32), 0, 0, 4, 0, SamplingParams(**kw))
 
-    assert BatchSamplingArgs.from_reqs([req(), req(top_k=1, temperature=0.7)], "cpu").temperatures is None
+    greedy = BatchSamplingArgs.from_reqs([req(), req(top_k=1, temperature=0.7)], "cpu")
+    assert greedy.temperatures is None, "a batch of greedy requests (top_k=1 included) takes the argmax path"
     args = BatchSamplingArgs.from_reqs([req(), req(temperature=0.7, top_p=0.9)], "cpu")
-    assert args.temperatures.tolist() == pytest.approx([0.0, 0.7]) and args.top_p.tolist()[1] == pytest.approx(0.9)
+    assert args.temperatures.tolist() == pytest.approx([0.0, 0.7]), f"temperatures {args.temperatures.tolist()}"
+    assert args.top_p.tolist()[1] == pytest.approx(0.9), f"top_p {args.top_p.tolist()}"
 
 
 @pytest.mark.parametrize("prompt, params, message", [
@@ -144,7 +217,7 @@ def test_bad_input_is_refused_before_any_state_changes(prompt, params, message):
         batcher.add(prompt, params)
     assert (batcher.table_manager.available_size, batcher.cache_manager.available_size) == (rows, slots), "nothing was allocated"
     batcher.run([running])  # the other request still runs
-    assert len(running.output_ids) == 3
+    assert len(running.output_ids) == 3, f"the running request produced {running.output_ids}"
     batcher.release(running)
     assert_clean(batcher)
 

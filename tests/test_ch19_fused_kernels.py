@@ -77,7 +77,8 @@ def test_store_kv_kernel_equals_indexed_assignment(n, heads, dim, max_block, src
     want_v[out_loc] = v.to(cache_dtype)
     # max_block 32 on rows of 96: three blocks per token, the program grid's second axis
     triton_store.store_kv(k, v, k_cache, v_cache, out_loc.to(torch.int32), max_block=max_block)
-    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+    assert torch.equal(k_cache, want_k), "k cache: each token's key lands in its slot, nothing else changes"
+    assert torch.equal(v_cache, want_v), "v cache: each token's value lands in its slot, nothing else changes"
 
 
 @pytest.mark.stubs("_store_kv_kernel")
@@ -89,7 +90,7 @@ def test_store_kv_checks_shapes_and_accepts_no_tokens():
     with pytest.raises(ValueError, match="rows"):
         triton_store.store_kv(k[:, :16], v, k_cache, v_cache, out_loc)
     triton_store.store_kv(k, v, k_cache, v_cache, out_loc)  # int64 slots work as well as int32
-    assert torch.equal(k_cache[out_loc], k.view(4, 2, 16))
+    assert torch.equal(k_cache[out_loc], k.view(4, 2, 16)), "keys stored at their out_loc slots"
 
 
 # ----------------------------------------------------------------------------- the norms
@@ -120,8 +121,9 @@ DTYPES = [(torch.float32, 1e-5)] + [(d, 1e-2) for d in LOW]
 def test_rms_norm_kernel_matches_float64(shape, dtype, tol):
     x, _, weight = _norm_inputs(shape, dtype, seed=1)
     out = triton_norm.rms_norm(x, weight, EPS)
-    assert out.shape == x.shape and out.dtype == dtype
-    assert _rel_err(out, _norm64(x, weight)) < tol
+    assert (out.shape, out.dtype) == (x.shape, dtype), f"output {tuple(out.shape)} {out.dtype}, want {shape} {dtype}"
+    err = _rel_err(out, _norm64(x, weight))
+    assert err < tol, f"{dtype} {shape}: relative error {err:.2e} against float64 (bound {tol})"
 
 
 @pytest.mark.stubs("_rmsnorm_kernel")
@@ -134,8 +136,10 @@ def test_rms_norm_kernel_reads_heads_sliced_out_of_qkv_in_place():
     before = qkv.clone()
     for heads in (q, k):
         out = triton_norm.rms_norm(heads, weight, EPS)
-        assert out.shape == heads.shape and out.is_contiguous()
-        assert _rel_err(out, _norm64(heads, weight)) < 1e-5
+        assert out.shape == heads.shape, f"output {tuple(out.shape)}, heads {tuple(heads.shape)}"
+        assert out.is_contiguous(), "the output is a fresh contiguous tensor"
+        err = _rel_err(out, _norm64(heads, weight))
+        assert err < 1e-5, f"heads sliced out of qkv: relative error {err:.2e} against float64"
     assert torch.equal(qkv, before), "the input is only read"
 
 
@@ -145,10 +149,12 @@ def test_rms_norm_kernel_reads_heads_sliced_out_of_qkv_in_place():
 def test_fused_add_rms_norm_kernel_matches_float64(shape, dtype, tol):
     x, residual, weight = _norm_inputs(shape, dtype, seed=2)
     normed, summed = triton_norm.fused_add_rms_norm(x, residual, weight, EPS)
-    assert normed.dtype == summed.dtype == dtype and normed.shape == summed.shape == x.shape
+    assert normed.dtype == summed.dtype == dtype, f"dtypes {normed.dtype}, {summed.dtype}, want {dtype}"
+    assert normed.shape == summed.shape == x.shape, f"shapes {tuple(normed.shape)}, {tuple(summed.shape)}"
     # One rounding of an exact float32 sum to the model dtype is what torch's x + residual does too.
-    assert torch.equal(summed, x + residual)
-    assert _rel_err(normed, _norm64(summed, weight)) < tol
+    assert torch.equal(summed, x + residual), "the summed output is x + residual"
+    err = _rel_err(normed, _norm64(summed, weight))
+    assert err < tol, f"{dtype} {shape}: relative error {err:.2e} against float64 (bound {tol})"
 
 
 def _steps_apart(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -163,7 +169,7 @@ def test_kernels_agree_with_the_torch_ops(dtype):
     normed, summed = triton_norm.fused_add_rms_norm(x, residual, weight, EPS)
     want_normed, want_summed = torch_ops.fused_add_rms_norm(x, residual, weight, EPS)
     plain, want_plain = triton_norm.rms_norm(x, weight, EPS), torch_ops.rms_norm(x, weight, EPS)
-    assert torch.equal(summed, want_summed)
+    assert torch.equal(summed, want_summed), "the summed output equals the torch op's"
     if dtype == torch.float32:
         torch.testing.assert_close(normed, want_normed, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(plain, want_plain, rtol=1e-5, atol=1e-6)
@@ -172,8 +178,9 @@ def test_kernels_agree_with_the_torch_ops(dtype):
     # variance differs by float32 ulps. That moves an output to the neighbouring 16-bit value only when it sits
     # that close to a rounding boundary: rarely, and by at most one step before and one after the weight.
     for got, want in [(normed, want_normed), (plain, want_plain)]:
-        assert (got != want).float().mean().item() < 0.01
-        assert _steps_apart(got, want) <= 2
+        differ = (got != want).float().mean().item()
+        assert differ < 0.01, f"{dtype}: {differ:.2%} of the outputs differ from the torch op's"
+        assert _steps_apart(got, want) <= 2, f"{dtype}: outputs {_steps_apart(got, want)} 16-bit steps apart"
 
 
 # ----------------------------------------------------------------------------- the setting
@@ -181,7 +188,7 @@ def test_kernels_agree_with_the_torch_ops(dtype):
 def test_use_triton_follows_the_setting(fused):
     cpu = torch.zeros(2)
     fused("off")
-    assert not use_triton(cpu)
+    assert not use_triton(cpu), "off never picks the kernels"
     fused("auto")
     assert not use_triton(cpu), "auto never picks the interpreter"
     saved = os.environ.pop("TRITON_INTERPRET", None)
@@ -199,7 +206,7 @@ def test_use_triton_follows_the_setting(fused):
         gpu = cpu.to(DEVICE)
         for mode, want in [("auto", True), ("on", True), ("off", False)]:
             fused(mode)
-            assert use_triton(gpu) == want, mode
+            assert use_triton(gpu) == want, f"on the GPU, {mode} should give {want}"
 
 
 def _read_setting(value: str | None) -> subprocess.CompletedProcess:
@@ -214,9 +221,10 @@ def _read_setting(value: str | None) -> subprocess.CompletedProcess:
 def test_the_setting_is_read_from_the_environment_and_checked():
     for value, want in [(None, "auto"), ("on", "on"), ("OFF", "off"), (" auto ", "auto")]:
         proc = _read_setting(value)
-        assert proc.returncode == 0 and proc.stdout.strip() == want, proc.stderr[-500:]
+        got = proc.stdout.strip()
+        assert proc.returncode == 0 and got == want, f"{value!r} read as {got!r}, want {want!r}: {proc.stderr[-500:]}"
     proc = _read_setting("fast")
-    assert proc.returncode != 0
+    assert proc.returncode != 0, "an unknown setting stops the program"
     assert "ValueError" in proc.stderr and "MINISGL_FUSED_KERNELS" in proc.stderr, proc.stderr[-500:]
 
 
@@ -258,11 +266,12 @@ def test_layers_pick_the_kernels_by_the_setting(mode, fused, calls):
     assert calls == {"rms_norm": 2 * on, "fused_add_rms_norm": int(on), "store_kv": int(on)}
     want_normed, want_summed = torch_ops.fused_add_rms_norm(x, residual, weight, EPS)
     torch.testing.assert_close(normed, want_normed, rtol=1e-5, atol=1e-6)
-    assert torch.equal(summed, want_summed) and same is x
+    assert torch.equal(summed, want_summed), "the summed output equals the torch op's"
+    assert same is x, "with no residual yet, x itself is carried"
     torch.testing.assert_close(first, torch_ops.rms_norm(x, weight, EPS), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(per_head, torch_ops.rms_norm(x.view(2, 3, 64), weight, EPS), rtol=1e-5, atol=1e-6)
-    assert torch.equal(cache.k_cache(1)[[9, 0, 4, 5, 1, 2]], x.view(6, 2, 32))
-    assert torch.equal(cache.v_cache(1)[[9, 0, 4, 5, 1, 2]], residual.view(6, 2, 32))
+    assert torch.equal(cache.k_cache(1)[[9, 0, 4, 5, 1, 2]], x.view(6, 2, 32)), "keys stored at their slots"
+    assert torch.equal(cache.v_cache(1)[[9, 0, 4, 5, 1, 2]], residual.view(6, 2, 32)), "values stored at their slots"
     assert cache.k_cache(0).abs().sum() == 0, "the other layer is untouched"
 
 
@@ -275,6 +284,7 @@ def test_engine_on_the_fused_kernels_matches_hf(name, fused, calls):
     llm = LLM(model_path(name), device=DEVICE.type, dtype="float32", page_size=4, max_running_reqs=2,
               max_seq_len=128, max_extend_tokens=8)
     outputs = llm.generate(prompts, params)
-    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)]
+    got = [o["token_ids"] for o in outputs]
+    assert got == [hf_greedy(name, p, s.max_tokens) for p, s in zip(prompts, params)], f"{name}: tokens differ from HF"
     assert min(calls.values()) > 0, f"every fused kernel ran: {calls}"
     assert_clean(llm)
