@@ -143,7 +143,8 @@ def _decode_dataclass(data: Any, cls: type, where: str) -> Any:
     given = {k: v for k, v in data.items() if k != TAG}
     missing, extra = sorted(hints.keys() - given.keys()), sorted(map(str, given.keys() - hints.keys()))
     if missing or extra:
-        raise MessageError(f"{where}: {tag} fields wrong: missing {missing}, unexpected {extra}")
+        problems = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra}"] * bool(extra)
+        raise MessageError(f"{where}: {tag} fields wrong: {', '.join(problems)}")
     kwargs = {name: decode_value(given[name], hint, f"{tag}.{name}") for name, hint in hints.items()}
     try:
         return target(**kwargs)
@@ -153,14 +154,12 @@ def _decode_dataclass(data: Any, cls: type, where: str) -> Any:
 
 @functools.cache
 def _tagged_classes(cls: type) -> dict[str, type]:
-    """cls and every dataclass below it, by tag. A family's base class accepts any message of the family."""
-    found, stack = {}, [cls]
-    while stack:
-        c = stack.pop()
-        if dataclasses.is_dataclass(c):
-            found[c.__name__] = c
-        stack.extend(c.__subclasses__())
-    return found
+    """The classes a map of type `cls` may be, by tag: the leaves of the class tree under it (a family's base
+    class is never sent itself; it stands for any message of the family)."""
+    below = cls.__subclasses__()
+    if not below:
+        return {cls.__name__: cls} if dataclasses.is_dataclass(cls) else {}
+    return {tag: c for sub in below for tag, c in _tagged_classes(sub).items()}
 
 
 @functools.cache
