@@ -13,6 +13,7 @@ import torch
 import zmq
 
 from minisgl.core import SamplingParams
+from minisgl.message.utils import decode_value
 from minisgl.message import (WIRE_VERSION, AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg,
                              BaseTokenizerMsg, BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg,
                              ExitMsg, MessageError, TokenizeMsg, UserMsg, UserReply, decode_message, encode_message)
@@ -80,14 +81,32 @@ def test_decoded_tensors_are_independent_writable_memory():
     assert ids.tolist() == [99, 5, 6] and msg.input_ids.tolist() == [4, 5, 6], "decoded ids share memory"
 
 
-@pytest.mark.stubs("encode_value", "decode_message")
+@pytest.mark.stubs("decode_message")
+def test_a_frame_of_another_wire_version_is_refused():
+    data = {"__type__": "AbortBackendMsg", "uid": 5}  # written by hand: the wire format is the contract
+    for version in (WIRE_VERSION + 1, None, "1"):
+        with pytest.raises(MessageError, match=f"version {version!r}"):
+            BaseBackendMsg.decoder(data if version is None else {**data, "__v__": version})
+
+
+@pytest.mark.stubs("encode_value")
 def test_frames_are_tagged_and_versioned():
     data = BaseBackendMsg.encoder(AbortBackendMsg(5))
-    assert data.get("__type__") == "AbortBackendMsg" and data.get("__v__") == WIRE_VERSION, f"untagged: {data}"
-    with pytest.raises(MessageError, match=f"version {WIRE_VERSION + 1}"):
-        BaseBackendMsg.decoder({**data, "__v__": WIRE_VERSION + 1})
-    with pytest.raises(MessageError, match="version None"):
-        BaseBackendMsg.decoder({k: v for k, v in data.items() if k != "__v__"})
+    assert data == {"__type__": "AbortBackendMsg", "__v__": WIRE_VERSION, "uid": 5}, f"unexpected frame map: {data}"
+
+
+@pytest.mark.stubs("decode_value")
+def test_decode_value_follows_the_type_hints():
+    params = {"__type__": "SamplingParams", "temperature": 1, "top_k": 5, "top_p": 0.5, "max_tokens": 3,
+              "ignore_eos": False}
+    back = decode_value(params, SamplingParams, "params")
+    assert back == SamplingParams(1.0, 5, 0.5, 3, False) and type(back.temperature) is float, f"got {back}"
+    assert decode_value([{"a": "b"}], list[dict[str, str]], "chat") == [{"a": "b"}]
+    assert decode_value("hi", str | list[dict[str, str]], "text") == "hi"
+    for data, hint in ((True, int), (1.5, int), ("3", int), (b"x", str), ([1, "2"], list[int]), (None, bool),
+                       ({"a": 1}, dict[str, str]), ({**params, "__type__": "Other"}, SamplingParams)):
+        with pytest.raises(MessageError, match="field"):
+            decode_value(data, hint, "field")
 
 
 def frame_of(msg) -> dict:
@@ -132,6 +151,17 @@ def test_a_bad_map_is_a_message_error_naming_the_problem(case):
 @pytest.fixture
 def addr(tmp_path):
     return f"ipc://{tmp_path}/q"
+
+
+@pytest.mark.stubs("ZmqPullQueue.decode")
+def test_decode_turns_bytes_that_are_not_msgpack_into_a_message_error(addr):
+    pull = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
+    try:
+        for frame in (b"\xc1", b"\x93\x01", b"\x01\x02", b""):  # never-used byte, truncated, trailing bytes, empty
+            with pytest.raises(MessageError, match="msgpack"):
+                pull.decode(frame)
+    finally:
+        pull.stop()
 
 
 @pytest.mark.stubs("ZmqPullQueue.get")
