@@ -207,7 +207,7 @@ def test_bad_frames_raise_and_the_queue_delivers_the_next_message(addr):
 
 def echo(inbox: str, outbox: str, count: int) -> None:
     """Child process: decode `count` messages and send each back re-encoded."""
-    pull = ZmqPullQueue(inbox, create=False, decoder=lambda data: decode_message(data, ANY_MSG))
+    pull = ZmqPullQueue(inbox, create=True, decoder=lambda data: decode_message(data, ANY_MSG))
     push = ZmqPushQueue(outbox, create=False, encoder=encode_message)
     try:
         for _ in range(count):
@@ -223,7 +223,9 @@ def echo(inbox: str, outbox: str, count: int) -> None:
 @pytest.mark.stubs("ZmqPushQueue.put", "ZmqPullQueue.get", "ZmqPullQueue.decode", *CODEC)
 def test_every_message_crosses_to_another_process_and_back(tmp_path):
     to_child, from_child = f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/out"
-    push = ZmqPushQueue(to_child, create=True, encoder=encode_message)
+    # The parent's PUSH connects: a connecting socket queues messages until the child has bound its end (a bound
+    # PUSH with no peer would block in send, and hang this test if the child died).
+    push = ZmqPushQueue(to_child, create=False, encoder=encode_message)
     pull = ZmqPullQueue(from_child, create=True, decoder=lambda data: decode_message(data, ANY_MSG))
     sent = samples()
     child = multiprocessing.get_context("spawn").Process(target=echo, args=(to_child, from_child, len(sent)),

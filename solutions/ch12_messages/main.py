@@ -26,7 +26,7 @@ def describe(msg: UserMsg) -> str:
 
 def scheduler_side(inbox: str, outbox: str) -> None:
     """The child: receive until ExitMsg; a bad frame is reported back, and the loop goes on."""
-    pull = ZmqPullQueue(inbox, create=False, decoder=BaseBackendMsg.decoder)
+    pull = ZmqPullQueue(inbox, create=True, decoder=BaseBackendMsg.decoder)
     push = ZmqPushQueue(outbox, create=False, encoder=BaseFrontendMsg.encoder)
     try:
         while True:
@@ -54,7 +54,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         inbox, outbox = f"ipc://{tmp}/scheduler", f"ipc://{tmp}/frontend"
-        push = ZmqPushQueue(inbox, create=True, encoder=BaseBackendMsg.encoder)
+        # the sending side connects: its messages wait in ZMQ until the child has bound the address
+        push = ZmqPushQueue(inbox, create=False, encoder=BaseBackendMsg.encoder)
         pull = ZmqPullQueue(outbox, create=True, decoder=BaseFrontendMsg.decoder)
         child = multiprocessing.get_context("spawn").Process(target=scheduler_side, args=(inbox, outbox))
         child.start()
