@@ -107,9 +107,12 @@ def _course(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("command", ["check", "run", "diff", "reset"])
 def test_planned_chapter_says_so(command):
-    proc = _course(command, "12")
+    if not PLANNED:
+        pytest.skip("every chapter of the plan is built")
+    planned = min(PLANNED)  # whichever chapters are built by now
+    proc = _course(command, str(planned))
     assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
-    assert "chapter 12 is planned (not built yet)" in proc.stderr, proc.stderr
+    assert f"chapter {planned} is planned (not built yet)" in proc.stderr, proc.stderr
 
 
 def test_missing_model_is_one_line_at_once():
