@@ -13,6 +13,7 @@ from minisgl.llm import LLM
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder, PrefillManager
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.teaching.step_sim import Sequence, StepSimulator
+from test_ch07_scheduler import InjectedFault, plant_fault
 
 CHUNK_STUBS = ("ChunkedReq.append_host", "ChunkedReq.can_decode", "PrefillAdder._add_one_req",
                "PrefillAdder.try_add_one")
@@ -237,6 +238,31 @@ def test_prompt_longer_than_the_budget_with_a_cached_prefix():
     assert second["token_ids"] == hf_greedy(name, base, 6), "the prompt over a cached prefix differs from HF greedy"
     assert spans[0][0] == 28, "chunking starts after the cached prefix (whole pages of the first prompt)"
     assert all(d - c <= 8 for c, d in spans), f"prefill spans {spans} exceed the budget of 8"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*CHUNK_STUBS)
+@pytest.mark.parametrize("where", ["forward", "sampler", "interrupt"])
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_fault_in_the_middle_of_a_chunked_prompt_loses_nothing(where, page_size, monkeypatch):
+    """The second forward pass (a chunk in the middle of the long prompt) fails: the chunk's pages go back, the
+    request that holds a row and the pages of its earlier chunks is freed, and the same LLM matches HF after."""
+    name = "tiny-qwen3"
+    tok = tokenizer(name)
+    prompts = [tok.encode("A cache of keys and values saves work when prompts share their beginnings, "
+                          "so a scheduler that remembers them runs faster."), tok.encode("Short one.")]
+    assert len(prompts[0]) > 3 * 8, "the fixture needs a prompt of several chunks"
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=96, max_extend_tokens=8, page_size=page_size,
+              num_pages=160 // page_size)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    plant_fault(llm, where, 2, monkeypatch)
+    with pytest.raises(KeyboardInterrupt if where == "interrupt" else InjectedFault):
+        llm.generate(prompts, params)
+    assert llm.scheduler.idle and not llm.scheduler.finished, "the failed call left requests behind"
+    assert_clean(llm)
+    monkeypatch.undo()
+    outputs = llm.generate(prompts, params)
+    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, 4) for p in prompts], "the next call differs"
     assert_clean(llm)
 
 
