@@ -32,7 +32,6 @@ TODO_LINE = re.compile(r"^\s*# TODO\((ch\d\d)\):")
 # says so instead of "does not exist"; tests/course/test_tooling.py keeps this table and solutions/ apart.
 PLANNED = {
     12: "messages and ZMQ",
-    13: "tokenizer and incremental detokenizer",
     14: "scheduler I/O and aborts",
     15: "OpenAI-compatible server",
     16: "tensor parallelism",
