@@ -10,9 +10,9 @@ import random
 import pytest
 
 from helpers import tokenizer
-from minisgl.tokenizer import DetokenizeManager, IncrementalDetokenizer, TokenizeManager, scan_for_stop
+from minisgl.tokenizer import DetokenizeManager, IncrementalDetokenizer, StopFilter, TokenizeManager, scan_for_stop
 
-STREAM = ("IncrementalDetokenizer._decode_new_text", "IncrementalDetokenizer._release")
+STREAM = ("IncrementalDetokenizer._decode_new_text", "StopFilter.feed")
 STOP = STREAM + ("scan_for_stop",)
 TOKENIZERS = ("smollm2", "tiny-qwen3")
 REPLACEMENT = "\ufffd"
@@ -130,6 +130,32 @@ def test_scan_for_stop_matches_a_brute_force_scan():
         stops = ["".join(rng.choice("abc") for _ in range(rng.randrange(1, 5))) for _ in range(rng.randrange(1, 4))]
         assert scan_for_stop(text, stops) == brute_force_scan(text, stops), f"text {text!r}, stops {stops}"
     assert scan_for_stop("hello", []) == (5, None), "no stop strings: everything is released"
+
+
+@pytest.mark.stubs("StopFilter.feed", "scan_for_stop")
+def test_stop_filter_releases_exactly_what_cannot_start_a_stop_string():
+    """Random text in random pieces: after each piece, what came out is the text received so far up to the first
+    stop string, or less its longest tail that could begin one (brute force); never more, never less."""
+    rng = random.Random(1)
+    for _ in range(1500):
+        text = "".join(rng.choice("abc ") for _ in range(rng.randrange(0, 14)))
+        stops = ["".join(rng.choice("abc") for _ in range(rng.randrange(1, 5))) for _ in range(rng.randrange(0, 3))]
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randrange(1, 5))))
+        pieces = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+        f, out = StopFilter(stops), ""
+        for k, piece in enumerate(pieces):
+            final = k == len(pieces) - 1
+            out += f.feed(piece, final=final)
+            received = "".join(pieces[:k + 1])
+            keep, stop = brute_force_scan(received, stops) if stops else (len(received), None)
+            want = received if final and stop is None else received[:keep]
+            assert out == want, f"stops {stops}, pieces {pieces[:k + 1]}: out {out!r}, want {want!r}"
+            assert (f.finished, f.matched) == (final or stop is not None, stop), f"stops {stops}, text {received!r}"
+            if f.finished:
+                break
+        if f.finished:
+            with pytest.raises(RuntimeError):
+                f.feed("a")
 
 
 @pytest.mark.stubs(*STOP)

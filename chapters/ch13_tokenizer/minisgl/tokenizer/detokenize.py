@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .stop import scan_for_stop
+from .stop import StopFilter
 
 REPLACEMENT = "\ufffd"  # what decoding gives for bytes that are not (yet) a whole UTF-8 character
 
@@ -19,7 +19,7 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer, stop: Sequence[str] = (), stop_token_ids: Iterable[int] = (),
                  skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
-        self.stop = [s for s in stop if s]
+        self.stop_filter = StopFilter(stop)
         self.stop_token_ids = set(stop_token_ids)
         self.skip_special_tokens = skip_special_tokens
         self.ids: list[int] = []
@@ -27,8 +27,6 @@ class IncrementalDetokenizer:
         # for the ids after read_offset, whose text is new.
         self.prefix_offset = 0
         self.read_offset = 0
-        self.text = ""  # all text decoded so far (whole characters only, until the stream ends)
-        self.sent = 0  # how much of `text` the caller has received
         self.finished = False
         self.matched_stop: str | int | None = None
 
@@ -39,15 +37,20 @@ class IncrementalDetokenizer:
             self.matched_stop = token_id
             return self.finish()
         self.ids.append(token_id)
-        self.text += self._decode_new_text(final=False)
-        return self._release(final=False)
+        return self._emit(self._decode_new_text(final=False), final=False)
 
     def finish(self) -> str:
         """The stream ends here (a stop token, max_tokens, an abort): decode everything still held back."""
         if self.finished:
             return ""
-        self.text += self._decode_new_text(final=True)
-        return self._release(final=True)
+        return self._emit(self._decode_new_text(final=True), final=True)
+
+    def _emit(self, new_text: str, final: bool) -> str:
+        piece = self.stop_filter.feed(new_text, final)
+        self.finished = self.stop_filter.finished
+        if self.stop_filter.matched is not None:
+            self.matched_stop = self.stop_filter.matched
+        return piece
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
@@ -58,13 +61,6 @@ class IncrementalDetokenizer:
         # the new text is what the window adds. Unless `final`, hold it back (return "") when it is empty or
         # ends in U+FFFD (an incomplete character); when it is returned, slide both offsets forward.
         raise NotImplementedError("TODO(ch13): IncrementalDetokenizer._decode_new_text")
-
-    def _release(self, final: bool) -> str:
-        """Hand out the unsent text up to a stop string (ending the stream) or up to what could start one."""
-        # TODO(ch13): scan the unsent text for stop strings. On a match, release the text before it and finish
-        # the stream (matched_stop = the stop string); otherwise release what cannot start a stop string, or,
-        # when `final`, all of it (and finish).
-        raise NotImplementedError("TODO(ch13): IncrementalDetokenizer._release")
 
 
 @dataclass

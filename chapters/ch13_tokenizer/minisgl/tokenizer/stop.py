@@ -12,3 +12,21 @@ def scan_for_stop(text: str, stops: Sequence[str]) -> tuple[int, str | None]:
     # TODO(ch13): find the earliest occurrence of any stop string in `text` (ties: the first in `stops`); if
     # there is none, hold back the longest suffix of `text` that is a proper prefix of some stop string.
     raise NotImplementedError("TODO(ch13): scan_for_stop")
+
+
+class StopFilter:
+    """Text arrives in pieces; `feed` hands out what cannot belong to a stop string and ends the stream at the
+    first one (cut off, as in the OpenAI API). `matched` is the stop string found, if any."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""  # received, not yet handed out: it could be the start of a stop string
+        self.matched: str | None = None
+        self.finished = False
+
+    def feed(self, text: str, final: bool = False) -> str:
+        """Take the next piece of text; `final` says no more will come (hand out everything still held)."""
+        # TODO(ch13): scan what is pending plus `text`. On a stop string, hand out the text before it and finish
+        # (record the match); otherwise hand out all but the held-back tail, or, when `final`, all of it (and
+        # finish). A finished filter takes no more text.
+        raise NotImplementedError("TODO(ch13): StopFilter.feed")

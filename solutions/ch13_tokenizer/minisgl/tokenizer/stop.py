@@ -19,3 +19,31 @@ def scan_for_stop(text: str, stops: Sequence[str]) -> tuple[int, str | None]:
     held = max((k for s in stops for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])), default=0)
     return len(text) - held, None
     # <<< solution
+
+
+class StopFilter:
+    """Text arrives in pieces; `feed` hands out what cannot belong to a stop string and ends the stream at the
+    first one (cut off, as in the OpenAI API). `matched` is the stop string found, if any."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""  # received, not yet handed out: it could be the start of a stop string
+        self.matched: str | None = None
+        self.finished = False
+
+    def feed(self, text: str, final: bool = False) -> str:
+        """Take the next piece of text; `final` says no more will come (hand out everything still held)."""
+        # TODO(ch13): scan what is pending plus `text`. On a stop string, hand out the text before it and finish
+        # (record the match); otherwise hand out all but the held-back tail, or, when `final`, all of it (and
+        # finish). A finished filter takes no more text.
+        # >>> solution
+        if self.finished:
+            raise RuntimeError("this stream has finished: it takes no more text")
+        self.pending += text
+        cut, self.matched = scan_for_stop(self.pending, self.stops)
+        if self.matched is None and final:
+            cut = len(self.pending)
+        self.finished = final or self.matched is not None
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out
+        # <<< solution
