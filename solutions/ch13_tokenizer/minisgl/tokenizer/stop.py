@@ -35,7 +35,7 @@ class StopFilter:
         """Take the next piece of text; `final` says no more will come (hand out everything still held)."""
         # TODO(ch13): scan what is pending plus `text`. On a stop string, hand out the text before it and finish
         # (record the match); otherwise hand out all but the held-back tail, or, when `final`, all of it (and
-        # finish). A finished filter takes no more text.
+        # finish). A finished filter refuses more text with a RuntimeError.
         # >>> solution
         if self.finished:
             raise RuntimeError("this stream has finished: it takes no more text")
