@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from helpers import tokenizer
 from minisgl.tokenizer import DetokenizeManager, IncrementalDetokenizer, StopFilter, TokenizeManager, scan_for_stop
@@ -74,7 +75,7 @@ def test_ascii_text_is_never_held_back():
     tok = tokenizer("smollm2")
     ids = tok.encode(TEXTS[0], add_special_tokens=False)
     pieces, _ = stream(tok, ids)
-    got = [p for p in pieces[:-1]]
+    got = pieces[:-1]  # the last piece is finish()'s
     want = [tok.decode(ids[:k + 1])[len(tok.decode(ids[:k])):] for k in range(len(ids))]
     assert got == want, f"whole-character text must come out one token at a time: {got} != {want}"
 
@@ -271,6 +272,7 @@ def test_tokenize_text_chat_and_ids(name):
     assert manager.tokenize(CHAT) == want, "chat messages go through the chat template, generation prompt opened"
     assert manager.tokenize("plain 文字") == tok.encode("plain 文字"), "text is encoded as the tokenizer does"
     assert manager.tokenize((3, 4, 5)) == [3, 4, 5], "token ids pass through"
+    assert manager.tokenize(torch.tensor([3, 4], dtype=torch.int32)) == [3, 4], "a tensor of ids too, as ints"
 
 
 @pytest.mark.stubs("TokenizeManager.tokenize")

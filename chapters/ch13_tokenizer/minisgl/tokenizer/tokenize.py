@@ -21,7 +21,7 @@ class TokenizeManager:
     def tokenize(self, prompt: Prompt) -> list[int]:
         """Text is encoded as is; a list of {"role", "content"} messages goes through the chat template with the
         assistant's turn opened (the ids equal `apply_chat_template(..., add_generation_prompt=True)`); token ids
-        are checked and passed through."""
+        (a list, or a numpy array or torch tensor) are checked and passed through."""
         # TODO(ch13): render chat messages with the model's chat template (generation prompt added, then encoded
         # without adding special tokens again), encode text, pass token ids through; refuse an empty prompt,
         # a malformed message, an id outside the vocabulary, or a prompt longer than max_prompt_len.
@@ -35,6 +35,8 @@ class TokenizeManager:
         return self.tokenizer.encode(text, add_special_tokens=False)  # the template wrote the special tokens
 
     def _check_ids(self, ids: Sequence[int]) -> list[int]:
+        if hasattr(ids, "tolist"):  # a numpy array or a torch tensor of ids
+            ids = ids.tolist()
         if isinstance(ids, (bytes, bytearray)) or not isinstance(ids, Sequence):
             raise ValueError(f"a prompt is text, chat messages or token ids, got {type(ids).__name__}")
         for t in ids:
