@@ -1,0 +1,111 @@
+"""Incremental detokenizing: token ids arrive one at a time, text leaves in pieces that are always whole
+characters, that add up to the decode of the whole sequence, and that stop exactly at a stop string."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .stop import StopFilter
+
+REPLACEMENT = "\ufffd"  # what decoding gives for bytes that are not (yet) a whole UTF-8 character
+
+
+class IncrementalDetokenizer:
+    """One request's stream. `step(token_id)` returns the new text that is safe to show (often ""); `finish()`
+    ends the stream and returns what was held back. The stream also ends by itself on a stop token id (not part
+    of the text) or a stop string (cut off, as in the OpenAI API); `matched_stop` then says which one."""
+
+    def __init__(self, tokenizer, stop: Sequence[str] = (), stop_token_ids: Iterable[int] = (),
+                 skip_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.stop_filter = StopFilter(stop)
+        self.stop_token_ids = set(stop_token_ids)
+        self.skip_special_tokens = skip_special_tokens
+        self.ids: list[int] = []
+        # ids[prefix_offset:read_offset] were already turned into text; they are decoded again only as context
+        # for the ids after read_offset, whose text is new.
+        self.prefix_offset = 0
+        self.read_offset = 0
+        self.finished = False
+        self.matched_stop: str | int | None = None
+
+    def step(self, token_id: int) -> str:
+        if self.finished:
+            raise RuntimeError("this stream has finished: it takes no more tokens")
+        if token_id in self.stop_token_ids:
+            self.matched_stop = token_id
+            return self.finish()
+        self.ids.append(token_id)
+        return self._emit(self._decode_new_text(final=False), final=False)
+
+    def finish(self) -> str:
+        """The stream ends here (a stop token, max_tokens, an abort): decode everything still held back."""
+        if self.finished:
+            return ""
+        return self._emit(self._decode_new_text(final=True), final=True)
+
+    def _emit(self, new_text: str, final: bool) -> str:
+        piece = self.stop_filter.feed(new_text, final)
+        self.finished = self.stop_filter.finished
+        if self.stop_filter.matched is not None:
+            self.matched_stop = self.stop_filter.matched
+        return piece
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def _decode_new_text(self, final: bool) -> str:
+        """The text the ids after read_offset add, or "" while it may still end in part of a character."""
+        # TODO(ch13): decode the window ids[prefix_offset:] and the context ids[prefix_offset:read_offset];
+        # the new text is what the window adds. Unless `final`, hold it back (return "") when it is empty or
+        # ends in U+FFFD (an incomplete character); when it is returned, slide both offsets forward.
+        # >>> solution
+        context = self._decode(self.ids[self.prefix_offset:self.read_offset])
+        window = self._decode(self.ids[self.prefix_offset:])
+        new_text = window[len(context):]
+        if not final and (not new_text or new_text.endswith(REPLACEMENT)):
+            return ""
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return new_text
+        # <<< solution
+
+
+@dataclass
+class DetokenizeResult:
+    uid: int
+    text: str  # the new piece of the request's text (may be "")
+    finished: bool  # the stream ended: stop string, stop token, or the sender's last token
+    matched_stop: str | int | None = None
+
+
+class DetokenizeManager:
+    """The detokenizers of all running requests, by uid: `add` one when its request starts, then feed each
+    generated token with `detokenize`. A stream is dropped when it ends; a token that arrives after that (with
+    overlap scheduling one more token can be on its way) is ignored."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.streams: dict[int, IncrementalDetokenizer] = {}
+
+    def add(self, uid: int, stop: Sequence[str] = (), stop_token_ids: Iterable[int] = (),
+            skip_special_tokens: bool = True) -> None:
+        if uid in self.streams:
+            raise ValueError(f"request {uid} already has a stream")
+        self.streams[uid] = IncrementalDetokenizer(self.tokenizer, stop, stop_token_ids, skip_special_tokens)
+
+    def detokenize(self, uid: int, next_token: int, finished: bool) -> DetokenizeResult:
+        """Feed one token of request `uid`; `finished` says it is the request's last one (max_tokens, EOS)."""
+        # TODO(ch13): step the request's stream (ignore a uid without one: its stream already ended), finish
+        # it when the sender says this was the last token, and drop it once it has ended.
+        # >>> solution
+        stream = self.streams.get(uid)
+        if stream is None:
+            return DetokenizeResult(uid, "", True)
+        text = stream.step(next_token)
+        if finished and not stream.finished:
+            text += stream.finish()
+        if stream.finished:
+            del self.streams[uid]
+        return DetokenizeResult(uid, text, stream.finished, stream.matched_stop)
+        # <<< solution
