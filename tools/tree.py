@@ -35,7 +35,6 @@ PLANNED = {
     13: "tokenizer and incremental detokenizer",
     14: "scheduler I/O and aborts",
     15: "OpenAI-compatible server",
-    16: "tensor parallelism",
     20: "mixture of experts",
     21: "mixed prefill + decode batches",
 }
