@@ -150,23 +150,20 @@ class TPGroup:
         if not ready:
             self.shutdown()
             raise RuntimeError(f"the tensor-parallel ranks did not answer within {timeout} s")
-        if self._conns[0] in ready and self._conns[0].poll():
+        received = {}  # rank -> its message: rank 0's answer, or any rank's report of its error
+        for rank, conn in enumerate(self._conns):
             try:
-                message = self._conns[0].recv()
-                if message[0] != "failed":
-                    return message
-            except EOFError:
+                if conn.poll():
+                    received[rank] = conn.recv()
+            except Exception:  # noqa: BLE001 - a closed pipe, or an error that cannot be unpickled here
                 pass
+            if rank == 0 and 0 in received and received[0][0] != "failed":
+                return received[0]
         failures = []  # (error, whether the rank reported it)
-        for rank, (conn, p) in enumerate(zip(self._conns, self.processes)):
+        for rank, p in enumerate(self.processes):
             p.join(0.5)  # a rank that reported an error is exiting: let it finish
-            message = None
-            try:
-                message = conn.recv() if conn.poll() else None
-            except (EOFError, OSError):
-                pass
-            if message is not None or not p.is_alive():
-                failures.append((rank_failure(rank, message, p.exitcode), message is not None))
+            if rank in received or not p.is_alive():
+                failures.append((rank_failure(rank, received.get(rank), p.exitcode), rank in received))
         self.shutdown()
         raise root_cause(failures)
 
