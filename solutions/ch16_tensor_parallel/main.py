@@ -30,7 +30,7 @@ def main() -> int:
                                                      tokenize=True, return_dict=False) for q in questions]
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params)
-        print(f"== tp_size {tp}: {max(tp, 1)} rank process{'es' if tp > 1 else ' (this one)'}, started in "
+        print(f"== tp_size {tp}: {tp} rank process{'es' if tp > 1 else ' (this one)'}, started in "
               f"{started:.1f} s, generated in {time.perf_counter() - t0:.1f} s")
         for q, o in zip(questions, outs):
             print(f"  {q:<32} -> {o['text'].strip()[:48]!r}")
