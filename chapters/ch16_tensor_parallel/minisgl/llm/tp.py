@@ -90,13 +90,14 @@ def rank_main(rank: int, size: int, port: int, llm_class: type, model_path: str,
         os._exit(1)  # skip interpreter shutdown: a peer may still hold this rank in a collective
 
 
-def root_cause(failures: list[tuple[BaseException, bool]]) -> BaseException:
-    """The error worth showing when ranks fail: a rank's own error first, then a rank that died silently (was
-    killed), and only then the broken collectives its peers saw because of it."""
+def root_cause(failures: list[tuple[BaseException, bool, int | None]]) -> BaseException:
+    """The error worth showing among (error, reported by the rank, exit code) of the failed ranks: a rank's own
+    error first, then a rank killed by a signal, and only then the broken collectives its peers saw."""
     broken = (RuntimeError, torch.distributed.DistError)  # what a peer's death looks like to the others
-    own = [e for e, reported in failures if reported and not isinstance(e, broken)]
-    silent = [e for e, reported in failures if not reported]
-    return (own or silent or [e for e, _ in failures] or [RuntimeError("a tensor-parallel rank failed")])[0]
+    own = [e for e, reported, _ in failures if reported and not isinstance(e, broken)]
+    killed = [e for e, reported, code in failures if not reported and code is not None and code < 0]
+    rest = [e for e, _, _ in failures] or [RuntimeError("a tensor-parallel rank failed")]
+    return (own or killed or rest)[0]
 
 
 class TPGroup:
@@ -146,11 +147,11 @@ class TPGroup:
                 pass
             if rank == 0 and 0 in received and received[0][0] != "failed":
                 return received[0]
-        failures = []  # (error, whether the rank reported it)
+        failures = []  # (error, whether the rank reported it, exit code)
         for rank, p in enumerate(self.processes):
             p.join(0.5)  # a rank that reported an error is exiting: let it finish
             if rank in received or not p.is_alive():
-                failures.append((rank_failure(rank, received.get(rank), p.exitcode), rank in received))
+                failures.append((rank_failure(rank, received.get(rank), p.exitcode), rank in received, p.exitcode))
         self.shutdown()
         raise root_cause(failures)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import socket
 import traceback
 from multiprocessing.connection import Connection, wait
@@ -28,9 +29,11 @@ def send_failure(conn: Connection, error: BaseException) -> None:
     """Tell the parent why this rank is about to exit (the exception itself when it can be pickled)."""
     text = traceback.format_exc()
     try:
-        conn.send(("failed", (error, text)))
-    except Exception:  # an exception that cannot be pickled travels as its text
-        conn.send(("failed", (RuntimeError(f"{type(error).__name__}: {error}"), text)))
+        payload = pickle.dumps(("failed", (error, text)))
+        pickle.loads(payload)  # some exceptions pickle but cannot be rebuilt (torch.distributed's among them)
+    except Exception:  # noqa: BLE001 - then it travels as its text
+        payload = pickle.dumps(("failed", (RuntimeError(f"{type(error).__name__}: {error}"), text)))
+    conn.send_bytes(payload)
 
 
 def rank_failure(rank: int, message: tuple | None, exitcode: int | None) -> BaseException:
@@ -39,7 +42,8 @@ def rank_failure(rank: int, message: tuple | None, exitcode: int | None) -> Base
         error, text = message[1]
         error.add_note(f"(raised in tensor-parallel rank {rank}; its traceback:)\n{text}")
         return error
-    return RuntimeError(f"tensor-parallel rank {rank} died (exit code {exitcode}) without reporting an error; "
+    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exit code {exitcode}"
+    return RuntimeError(f"tensor-parallel rank {rank} died ({how}) without reporting an error; "
                         "the other ranks were stopped")
 
 
