@@ -6,6 +6,7 @@ SOL     ?=
 MINE    ?=
 V       ?=
 ARGS    ?=
+TP      ?=
 # Install stamps name the Python too: a new .venv gets its own packages.
 DEPS    := build/.deps-$(shell { echo '$(PY)'; cat requirements.txt; } | cksum | cut -d' ' -f1)
 LABDEPS := build/.lab-deps-$(shell { echo '$(PY)'; cat requirements-lab.txt; } | cksum | cut -d' ' -f1)
@@ -40,9 +41,9 @@ models: deps  ## build the model fixtures (tiny-qwen3, tiny-llama) and convert S
 need-ch:
 	@test -n "$(CH)" || (echo "usage: make $(MAKECMDGOALS) CH=<chapter number>, e.g. CH=3"; exit 2)
 
-run: deps  ## the finished engine generates text on SmolLM2 (CH=N: run chapter N's example; SOL=1 the reference)
+run: deps  ## the finished engine generates text on SmolLM2 (TP=N: over N tensor-parallel ranks; CH=N: run chapter N's example; SOL=1 the reference)
 ifeq ($(CH),)
-	$(COURSE) example generate $(ARGS)
+	$(COURSE) example generate $(if $(TP),--tp $(TP)) $(ARGS)
 else
 	$(COURSE) run $(CH) $(FLAGS) $(ARGS)
 endif

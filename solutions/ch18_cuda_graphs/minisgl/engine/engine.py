@@ -13,6 +13,7 @@ import torch
 
 from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Context, SamplingParams
+from minisgl.distributed import get_tp_info, min_across_ranks, split_heads
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.graph import GraphRunner, capture_sizes
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
@@ -31,12 +32,15 @@ class Engine:
         mc = self.model_config
         self.max_seq_len = min(config.max_seq_len if config.max_seq_len is not None else 4096,
                                mc.max_position_embeddings)
-        self.kv_bytes_per_token = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * config.torch_dtype.itemsize
-        self.num_pages = config.num_pages if config.num_pages is not None else self._num_kv_pages()
+        # Under tensor parallelism this rank caches only its own KV heads (chapter 16).
+        self.num_kv_heads = split_heads(mc.num_qo_heads, mc.num_kv_heads, get_tp_info().size)[1]
+        self.kv_bytes_per_token = 2 * mc.num_layers * self.num_kv_heads * mc.head_dim * config.torch_dtype.itemsize
+        # Every rank schedules the same batches, so every rank's pool must be the same size: the smallest.
+        self.num_pages = min_across_ranks(config.num_pages if config.num_pages is not None else self._num_kv_pages())
         # With CUDA graphs, one page more than the cache manager hands out: the padding page, where the dummy
         # requests that pad a batch write their keys and values.
         padding_pages = 1 if config.cuda_graph_max_bs else 0
-        self.kv_cache = MHAKVCache(mc.num_kv_heads, mc.head_dim, mc.num_layers, self.num_pages + padding_pages,
+        self.kv_cache = MHAKVCache(self.num_kv_heads, mc.head_dim, mc.num_layers, self.num_pages + padding_pages,
                                    config.page_size, config.torch_dtype, self.device)
         # One row per running request, plus the padding row: never handed out, it is where the dummy requests
         # that pad a batch to a captured graph size read and write. Rows span whole pages.
