@@ -1,0 +1,99 @@
+"""GPU probe for chapter 16: the benchmark workload at tp_size 1 and 2, and the cost of one all-reduce.
+
+    python -m tools.tp_probe [--out tp.json] [--seqs 256]
+
+Runs on a machine with 2+ GPUs, on the final reference tree. The workload is chapter 22's (nano-vllm's: 256
+requests, random ids, lengths U[100, 1024]) on the Qwen3-0.6B-shaped model with random bf16 weights. The
+all-reduce is timed on its own, NCCL between two GPUs, on the tensor a decode step reduces (batch x hidden, bf16),
+and multiplied by the two reductions per layer of a step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from minisgl.benchmark.random_model import QWEN3_0_6B, make_model
+from minisgl.benchmark.workload import nano_vllm_workload
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+
+
+def throughput(path: Path, tp_size: int, seqs: int) -> dict:
+    workload = nano_vllm_workload(num_seqs=seqs)
+    llm = LLM(path, tp_size=tp_size, device="cuda", dtype="bfloat16", max_running_reqs=256, max_seq_len=2304,
+              page_size=256, memory_ratio=0.8)
+    try:
+        llm.generate([workload[0][0]], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
+        params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in workload]
+        t0 = time.perf_counter()
+        outputs = llm.generate([ids for ids, _ in workload], params)
+        seconds = time.perf_counter() - t0
+    finally:
+        if tp_size > 1:
+            llm.shutdown()
+    tokens = sum(len(o["token_ids"]) for o in outputs)
+    return {"tp_size": tp_size, "output_tokens": tokens, "seconds": round(seconds, 2),
+            "tok_per_s": round(tokens / seconds, 1)}
+
+
+def _allreduce_rank(rank: int, port: int, batches: list[int], hidden: int, out) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=torch.device(f"cuda:{rank}"))
+    result = {}
+    for batch in batches:
+        x = torch.randn(batch, hidden, dtype=torch.bfloat16, device="cuda")
+        for _ in range(20):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(200):
+            dist.all_reduce(x)
+        end.record()
+        torch.cuda.synchronize()
+        result[batch] = round(start.elapsed_time(end) / 200 * 1000, 2)  # microseconds per all-reduce
+    if rank == 0:
+        out.put(result)
+    dist.destroy_process_group()
+
+
+def allreduce_us(batches: list[int], hidden: int) -> dict:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = 29600 + os.getpid() % 1000
+    procs = [ctx.Process(target=_allreduce_rank, args=(r, port, batches, hidden, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    result = out.get(timeout=300)
+    for p in procs:
+        p.join(timeout=60)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("tp_probe.json"))
+    ap.add_argument("--model", type=Path, default=Path("build/bench/qwen3-0.6b-random"))
+    ap.add_argument("--seqs", type=int, default=256)
+    args = ap.parse_args()
+    path = make_model(args.model)
+    layers, hidden = QWEN3_0_6B["num_hidden_layers"], QWEN3_0_6B["hidden_size"]
+    per_call = allreduce_us([1, 8, 64, 256], hidden)
+    report = {"allreduce_us": per_call,
+              "allreduce_ms_per_decode_step": {b: round(2 * layers * us / 1000, 3) for b, us in per_call.items()},
+              "runs": [throughput(path, tp, args.seqs) for tp in (1, 2)]}
+    print(json.dumps(report, indent=1))
+    args.out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
