@@ -7,7 +7,8 @@ from minisgl.kvcache.naive_cache import NaiveCacheManager
 from minisgl.scheduler.table import TableManager
 
 pool = MHAKVCache(num_kv_heads=3, head_dim=64, num_layers=30, num_pages=24)  # SmolLM2's shape, 24 slots
-alloc, table = NaiveCacheManager(pool.num_slots), TableManager.with_new_tables(max_running_reqs=3, width=10)
+alloc = NaiveCacheManager(pool.num_slots)
+table = TableManager.with_new_tables(max_running_reqs=3, width=10)
 print(f"KV pool: {pool.num_slots} slots x {pool.bytes_per_slot} bytes = {pool.num_slots * pool.bytes_per_slot / 1024:.0f} KiB")
 
 lengths = {"A": 5, "B": 3, "C": 4}

@@ -144,7 +144,7 @@ class CacheManager:
         # >>> solution
         ps = self.page_size
         row = self.page_table[req.table_idx]
-        known = min(req.cached_len, len(req.input_ids))  # an aborted request in flight has KV the host lacks ids of
+        known = min(req.cached_len, len(req.input_ids))  # a request aborted in flight: KV of ids the host lacks
         whole = known - known % ps
         old = req.cache_handle or CacheHandle(0)
         existed, new = self.prefix_cache.insert_prefix(req.input_ids[:whole].tolist(), row[:whole])

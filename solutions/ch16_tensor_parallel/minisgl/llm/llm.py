@@ -91,7 +91,8 @@ class LLM:
 
     def _token_ids(self, prompt: Prompt, index: int) -> list[int]:
         """A prompt as a list of Python ints: text is tokenized; a token-id prompt must hold integers (numpy and
-        torch integer scalars, arrays and tensors too), never bools, floats or bytes, each below 2**31 (ValueError otherwise)."""
+        torch integer scalars, arrays and tensors too), never bools, floats or bytes, each below 2**31
+        (ValueError otherwise)."""
         if isinstance(prompt, str):
             try:
                 prompt.encode("utf-8")
