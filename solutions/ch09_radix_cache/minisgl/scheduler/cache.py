@@ -137,10 +137,11 @@ class CacheManager:
           [new, cached_len)   the partly filled last page, which the cache does not take: freed when finished
         """
         # TODO(ch09): insert the whole pages of input_ids[:cached_len] with their slots from the page-table
-        # row (only ids the host has: with overlap, chapter 11, input_ids can lag cached_len); unlock the old handle (None counts as nothing cached); free the duplicates [old, existed). When
-        # finished, also free the pages from new.cached_len up to cached_len rounded up to a page. Otherwise
-        # point the row's [old, existed) at the cache's slots (ours were just freed), keep the new handle on
-        # the request, and lock it.
+        # row (only ids the host has: with overlap, chapter 11, input_ids can lag cached_len); unlock the old
+        # handle (None counts as nothing cached); free the duplicates [old, existed). When finished, also
+        # free the pages from new.cached_len up to cached_len rounded up to a page. Otherwise point the row's
+        # [old, existed) at the cache's slots (ours were just freed), keep the new handle on the request, and
+        # lock it.
         # >>> solution
         ps = self.page_size
         row = self.page_table[req.table_idx]
