@@ -130,3 +130,30 @@ def pending(uid: int, prompt_len: int, max_tokens: int, first: int = 1):
 
     return PendingReq(uid, torch.arange(first, first + prompt_len, dtype=torch.int32),
                       SamplingParams(max_tokens=max_tokens))
+
+
+@lru_cache(maxsize=1)
+def hf_on_cuda(name: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model_path(name), dtype=dtype).cuda().eval()
+    hf.generation_config.eos_token_id = None  # exactly n argmax steps (ignore_eos)
+    return hf
+
+
+def hf_greedy_cuda(name: str, ids: list[int], n: int, dtype: torch.dtype) -> tuple[list[int], list[float]]:
+    """HF greedy on the GPU: the tokens, and at each step the gap between the two best logits."""
+    hf = hf_on_cuda(name, dtype)
+    x = torch.tensor([ids], device="cuda")
+    with torch.inference_mode():
+        out = hf.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
+                          output_logits=True, return_dict_in_generate=True)
+    top2 = torch.stack(out.logits)[:, 0].float().topk(2, dim=-1).values
+    return out.sequences[0, len(ids):].tolist(), (top2[:, 0] - top2[:, 1]).tolist()
+
+
+# Two bf16 implementations may pick different tokens where the best two logits are closer than their rounding
+# errors. Measured on the H200 for these fixtures, HF's bf16 logits differ from its float32 ones by up to 0.98,
+# so two bf16 runs can differ by about twice that: bf16 tokens are compared up to HF's first step with a smaller
+# gap (after it the sequences may legitimately part), and the fixtures must leave enough such steps.
+BF16_MARGIN = 2.0

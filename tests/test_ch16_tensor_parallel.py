@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import hf_greedy, model_path, tokenizer
+from helpers import BF16_MARGIN, hf_greedy, hf_greedy_cuda, model_path, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo, get_tp_info, split_heads
 from minisgl.distributed.launch import run_on_ranks
@@ -303,3 +303,47 @@ def test_tp2_on_nccl_matches_tp1_on_the_gpu():
     for call, outs in zip(workload(name), got):
         for ids, out in zip(call, outs):
             assert out == hf_greedy(name, ids, GREEDY.max_tokens), "tp=2 on NCCL: not HF greedy"
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs("split_heads", "shard_weight", "receive_work", "LinearRowParallel.forward",
+                   "VocabParallelEmbedding.forward", "ParallelLMHead.forward")
+def test_tp2_in_bf16_matches_tp1_up_to_hfs_first_near_tie():
+    """bf16 sums split over two ranks round differently from one rank's: tokens are compared with TP=1 and HF
+    bf16 up to HF's first step whose two best logits are closer than BF16_MARGIN (chapter 18's rule)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs for NCCL tensor parallelism, {torch.cuda.device_count()} visible")
+    name, config = "tiny-llama", dict(GROUP_CONFIG, dtype="bfloat16", attention_backend="triton")
+    prompts = [ids for call in workload(name) for ids in call]
+    params = SamplingParams(max_tokens=GREEDY.max_tokens, ignore_eos=True)
+    llm = LLM(model_path(name), tp_size=2, **config)
+    try:
+        tp2 = [o["token_ids"] for o in llm.generate(prompts, params)]
+    finally:
+        llm.shutdown()
+    tp1 = [o["token_ids"] for o in LLM(model_path(name), **config).generate(prompts, params)]
+    for ids, two, one in zip(prompts, tp2, tp1):
+        want, gaps = hf_greedy_cuda(name, ids, GREEDY.max_tokens, torch.bfloat16)
+        sure = next((i for i, gap in enumerate(gaps) if gap < BF16_MARGIN), len(gaps))
+        assert two[:sure] == one[:sure] == want[:sure], f"bf16 tokens differ before HF's first near-tie (step {sure})"
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs("receive_work")
+def test_a_killed_rank_on_the_gpu_ends_the_group_quickly():
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs for NCCL tensor parallelism, {torch.cuda.device_count()} visible")
+    llm = LLM(model_path("tiny-llama"), tp_size=2, **dict(GROUP_CONFIG, dtype="float32"))
+    try:
+        ranks = llm.rank_processes
+        assert llm.generate([[3, 4, 5]], GREEDY)[0]["token_ids"] == hf_greedy("tiny-llama", [3, 4, 5],
+                                                                               GREEDY.max_tokens)
+        os.kill(ranks[1].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="rank 1 died"):
+            llm.generate([[3, 4, 5]], GREEDY)
+        elapsed = time.monotonic() - t0
+        assert elapsed < 15, f"the dead rank was noticed only after {elapsed:.1f} s"
+        assert not any(p.is_alive() for p in ranks), "rank 0 must be stopped, not left waiting in NCCL"
+    finally:
+        llm.shutdown()

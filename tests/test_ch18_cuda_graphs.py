@@ -5,12 +5,11 @@ graphs on equal to HF greedy. On the CPU the graphs are EagerGraph (the same run
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import pytest
 import torch
 
-from helpers import assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
+from helpers import BF16_MARGIN, assert_clean, hf_greedy, hf_greedy_cuda, model_path, prompt_ids, tokenizer
 from minisgl.attention.base import make_metadata
 from minisgl.attention.utils import prepare_batch
 from minisgl.core import SamplingParams
@@ -247,31 +246,6 @@ def test_engine_with_graphs_matches_hf_greedy(name, overlap):
 
 # ----------------------------------------------------------------------------- on the GPU (make test-gpu)
 
-@lru_cache(maxsize=1)
-def hf_on_cuda(name: str, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_pretrained(model_path(name), dtype=dtype).cuda().eval()
-    hf.generation_config.eos_token_id = None  # exactly n argmax steps (ignore_eos)
-    return hf
-
-
-def hf_greedy_cuda(name: str, ids: list[int], n: int, dtype: torch.dtype) -> tuple[list[int], list[float]]:
-    """HF greedy on the GPU: the tokens, and at each step the gap between the two best logits."""
-    hf = hf_on_cuda(name, dtype)
-    x = torch.tensor([ids], device="cuda")
-    with torch.inference_mode():
-        out = hf.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
-                          output_logits=True, return_dict_in_generate=True)
-    top2 = torch.stack(out.logits)[:, 0].float().topk(2, dim=-1).values
-    return out.sequences[0, len(ids):].tolist(), (top2[:, 0] - top2[:, 1]).tolist()
-
-
-# Two bf16 implementations may pick different tokens where the best two logits are closer than their rounding
-# errors. Measured on the H200 for these fixtures, HF's bf16 logits differ from its float32 ones by up to 0.98,
-# so two bf16 runs can differ by about twice that: bf16 tokens are compared up to HF's first step with a smaller
-# gap (after it the sequences may legitimately part), and the fixtures must leave enough such steps.
-BF16_MARGIN = 2.0
 # SmolLM2 continues these with large margins (its chat prompts have near-ties from the first token on).
 LARGE_MARGIN_TEXTS = ["1, 2, 3, 4, 5, 6, 7, 8,", "a b c d e f g h i"]
 

@@ -5,7 +5,9 @@
 Runs on a machine with 2+ GPUs, on the final reference tree. The workload is chapter 22's (nano-vllm's: 256
 requests, random ids, lengths U[100, 1024]) on the Qwen3-0.6B-shaped model with random bf16 weights. The
 all-reduce is timed on its own, NCCL between two GPUs, on the tensor a decode step reduces (batch x hidden, bf16),
-and multiplied by the two reductions per layer of a step.
+and multiplied by the two reductions per layer of a step. Last, rank 0 of a TP=2 group profiles one decode-heavy
+call (torch.profiler, CUDA graphs on): the time its GPU spends in NCCL kernels per decode step, against all its
+kernels.
 """
 
 from __future__ import annotations
@@ -23,7 +25,35 @@ import torch.multiprocessing as mp
 from minisgl.benchmark.random_model import QWEN3_0_6B, make_model
 from minisgl.benchmark.workload import nano_vllm_workload
 from minisgl.core import SamplingParams
+from minisgl.distributed import get_tp_info
 from minisgl.llm import LLM
+
+PROFILE_OUT = "MINISGL_TP_PROFILE_OUT"
+
+
+class ProfiledLLM(LLM):
+    """An LLM whose rank 0 profiles every call and writes the kernel totals to $MINISGL_TP_PROFILE_OUT."""
+
+    def _run(self, pending):
+        if not get_tp_info().is_primary or PROFILE_OUT not in os.environ:
+            return super()._run(pending)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            outputs = super()._run(pending)
+            torch.cuda.synchronize()
+        # Kernels only: the profiler's "nccl:all_reduce" ranges would count the same GPU time twice.
+        kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA" and ":" not in e.key.split("(")[0]]
+        nccl_us = sum(e.self_device_time_total for e in kernels if e.key.startswith("ncclDevKernel"))
+        total_us = sum(e.self_device_time_total for e in kernels)
+        decode_steps = sum(phase == "decode" for phase, _ in self.scheduler.history)
+        top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:8]
+        Path(os.environ[PROFILE_OUT]).write_text(json.dumps({
+            "decode_steps": decode_steps, "batches": len(self.scheduler.history),
+            "nccl_ms_per_decode_step": round(nccl_us / 1000 / max(decode_steps, 1), 3),
+            "all_kernels_ms_per_decode_step": round(total_us / 1000 / max(decode_steps, 1), 3),
+            "top_kernels_ms": {e.key[:80]: round(e.self_device_time_total / 1000, 2) for e in top}}, indent=1))
+        return outputs
 
 
 def throughput(path: Path, tp_size: int, seqs: int) -> dict:
@@ -79,6 +109,22 @@ def allreduce_us(batches: list[int], hidden: int) -> dict:
     return result
 
 
+def profile_tp2(path: Path, out: Path, batch: int = 64, prompt: int = 256, tokens: int = 128) -> dict:
+    """Rank 0 of a TP=2 group under torch.profiler, on `batch` requests decoding `tokens` tokens each."""
+    os.environ[PROFILE_OUT] = str(out)
+    llm = ProfiledLLM(path, tp_size=2, device="cuda", dtype="bfloat16", max_running_reqs=batch,
+                      max_seq_len=prompt + tokens + 256, page_size=256, memory_ratio=0.5)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(0, 10000, (prompt,), generator=gen).tolist() for _ in range(batch)]
+        llm.generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up (profiled, discarded)
+        llm.generate(prompts, SamplingParams(max_tokens=tokens, ignore_eos=True))
+    finally:
+        llm.shutdown()
+        del os.environ[PROFILE_OUT]
+    return {"batch": batch, "prompt": prompt, "tokens": tokens, **json.loads(out.read_text())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("tp_probe.json"))
@@ -90,7 +136,8 @@ def main() -> None:
     per_call = allreduce_us([1, 8, 64, 256], hidden)
     report = {"allreduce_us": per_call,
               "allreduce_ms_per_decode_step": {b: round(2 * layers * us / 1000, 3) for b, us in per_call.items()},
-              "runs": [throughput(path, tp, args.seqs) for tp in (1, 2)]}
+              "runs": [throughput(path, tp, args.seqs) for tp in (1, 2)],
+              "profile_tp2_rank0": profile_tp2(path, args.out.with_suffix(".profile.json"))}
     print(json.dumps(report, indent=1))
     args.out.write_text(json.dumps(report, indent=1))
 
