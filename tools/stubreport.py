@@ -51,9 +51,24 @@ def _frames(error: BaseException) -> list[str]:
 
 
 def _explanation(report) -> list[str]:
-    """pytest's own explanation of the failure (its "E" lines), which says what differs, e.g. the dtypes."""
-    lines = [line[1:].strip() for line in str(report.longrepr).splitlines() if line.startswith("E ")]
-    return [line for line in lines if line][:EXPLANATION_LINES]
+    """pytest's own explanation of the failure (its "E" lines), which says what differs, e.g. the dtypes.
+
+    The "Full diff" of a comparison (what pytest prints in CI or with -v) is left out: it can push the line
+    that names the difference, such as `and torch.float32 == torch.int32)`, past the lines kept."""
+    kept, in_diff = [], False
+    for line in str(report.longrepr).splitlines():
+        if not line.startswith("E "):
+            continue
+        text = line[1:].strip()
+        if text == "Full diff:":
+            in_diff = True
+            continue
+        if in_diff and text[:1] in ("[", "{", "(", "-", "+", "?", "'", '"') and "where" not in text:
+            continue  # a line of the diff; a line closing it ("] and ...") carries on the explanation
+        in_diff = False
+        if text:
+            kept.append(text)
+    return kept[:EXPLANATION_LINES]
 
 
 def _short_reason(report) -> tuple[str, str]:
