@@ -258,6 +258,19 @@ def test_tensor_parallel_llm_matches_hf_greedy_and_tp1(name, tp):
 
 @pytest.mark.stubs("split_heads", "shard_weight", "receive_work", "LinearRowParallel.forward",
                    "VocabParallelEmbedding.forward", "ParallelLMHead.forward")
+def kill_rank_1_and_expect_a_quick_error(llm: LLM) -> None:
+    """SIGKILL rank 1: the next call fails within seconds with an error naming it, and no rank is left running
+    (rank 0 is not left waiting in a collective)."""
+    ranks = llm.rank_processes
+    os.kill(ranks[1].pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 died"):
+        llm.generate([[3, 4, 5]], GREEDY)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 15, f"the dead rank was noticed only after {elapsed:.1f} s"
+    assert not any(p.is_alive() for p in ranks), "the other ranks must be stopped, not left hanging"
+
+
 def test_sampling_refusals_and_a_killed_rank():
     """One group for three behaviours: sampled tokens agree on every rank (rank 0 refuses to answer
     otherwise), a bad prompt is refused without harming the group, and a killed rank ends it quickly."""
@@ -272,13 +285,7 @@ def test_sampling_refusals_and_a_killed_rank():
             llm.generate([[3, 10**6]], GREEDY)
         again = llm.generate([[3, 4, 5]], GREEDY)[0]["token_ids"]
         assert again == hf_greedy("tiny-llama", [3, 4, 5], GREEDY.max_tokens), "the group serves after a refusal"
-        os.kill(ranks[1].pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(RuntimeError, match="rank 1 died"):
-            llm.generate([[3, 4, 5]], GREEDY)
-        elapsed = time.monotonic() - t0
-        assert elapsed < 15, f"the dead rank was noticed only after {elapsed:.1f} s"
-        assert not any(p.is_alive() for p in ranks), "the other ranks must be stopped, not left hanging"
+        kill_rank_1_and_expect_a_quick_error(llm)
         with pytest.raises(RuntimeError, match="shut down"):
             llm.generate([[3, 4, 5]], GREEDY)
     finally:
@@ -335,15 +342,8 @@ def test_a_killed_rank_on_the_gpu_ends_the_group_quickly():
         pytest.skip(f"needs 2 GPUs for NCCL tensor parallelism, {torch.cuda.device_count()} visible")
     llm = LLM(model_path("tiny-llama"), tp_size=2, **dict(GROUP_CONFIG, dtype="float32"))
     try:
-        ranks = llm.rank_processes
         assert llm.generate([[3, 4, 5]], GREEDY)[0]["token_ids"] == hf_greedy("tiny-llama", [3, 4, 5],
                                                                                GREEDY.max_tokens)
-        os.kill(ranks[1].pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(RuntimeError, match="rank 1 died"):
-            llm.generate([[3, 4, 5]], GREEDY)
-        elapsed = time.monotonic() - t0
-        assert elapsed < 15, f"the dead rank was noticed only after {elapsed:.1f} s"
-        assert not any(p.is_alive() for p in ranks), "rank 0 must be stopped, not left waiting in NCCL"
+        kill_rank_1_and_expect_a_quick_error(llm)
     finally:
         llm.shutdown()
