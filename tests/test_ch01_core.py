@@ -125,7 +125,8 @@ def test_bad_sampling_params_are_refused_naming_the_field(kwargs):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"top_k": -1}, {"top_k": 1}, {"top_k": 50}, {"top_p": 1.0},
-                                    {"top_p": 1e-3}, {"temperature": 0.0}, {"temperature": 2.0}], ids=kwargs_id)
+                                    {"top_p": 1e-3}, {"temperature": 0.0}, {"temperature": 2.0}, {"seed": 0},
+                                    {"seed": 2**63 - 1}], ids=kwargs_id)
 def test_good_sampling_params_are_accepted(kwargs):
     params = SamplingParams(**kwargs)
     assert [getattr(params, k) for k in kwargs] == list(kwargs.values()), f"{params} does not keep {kwargs}"
@@ -177,7 +178,8 @@ def test_forward_batch_makes_its_context_the_global_one_and_puts_the_previous_ba
 
 @pytest.mark.parametrize("field, value", [("temperature", float("nan")), ("temperature", float("inf")),
                                           ("top_k", 2.5), ("max_tokens", True), ("max_tokens", 3.0),
-                                          ("top_p", float("nan")), ("ignore_eos", "yes"), ("top_k", -2)])
+                                          ("top_p", float("nan")), ("ignore_eos", "yes"), ("top_k", -2),
+                                          ("seed", -1), ("seed", True), ("seed", 1.5), ("seed", 2**63)])
 def test_each_bad_field_is_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"^{field} must"):
         SamplingParams(**{field: value})

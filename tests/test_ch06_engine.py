@@ -245,3 +245,32 @@ def test_two_engines_in_one_process_each_run_their_own_model():
         prompt = prompt_ids(name, 1)[0]
         assert batcher.generate([prompt], params)[0] == hf_greedy(name, prompt, 5), f"{name} differs from HF"
         assert_clean(batcher)
+
+
+@pytest.mark.stubs("Sampler.sample")
+def test_a_seeded_request_samples_the_same_tokens_in_any_batch():
+    """A request with a seed draws with its own generator (seed, position): the same tokens whatever shares its
+    batch and whatever the sampler's own generator did before; other rows keep using the sampler's generator."""
+    from minisgl.core import Req
+
+    def req(seed, position, **kw):
+        return Req(torch.ones(position, dtype=torch.int32), 0, 0, position, 0,
+                   SamplingParams(temperature=1.0, seed=seed, **kw))
+
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    alone = [Sampler("cpu", seed=s).sample(logits[3:4], BatchSamplingArgs.from_reqs([req(7, 5)], "cpu")).item()
+             for s in range(4)]
+    assert len(set(alone)) == 1, f"seed 7 drew {alone} with different sampler seeds: the row must use its own generator"
+    batch = [req(None, 5) for _ in range(8)]
+    batch[3] = req(7, 5)
+    draws = set()
+    for s in range(4):
+        draws.add(Sampler("cpu", seed=s).sample(logits.clone(), BatchSamplingArgs.from_reqs(batch, "cpu"))[3].item())
+        logits[[0, 1, 2, 4]] = logits[[4, 2, 1, 0]]  # other rows change, row 3 does not
+    assert draws == {alone[0]}, f"the seeded row drew {sorted(draws)} in a batch, {alone[0]} alone"
+    runs = [[Sampler("cpu", seed=0).sample(logits[3:4], BatchSamplingArgs.from_reqs([req(seed, pos)], "cpu")).item()
+             for pos in range(1, 30)] for seed in (7, 8)]
+    assert runs[0] != runs[1], "seeds 7 and 8 drew the same 29 tokens: the seed must pick the generator"
+    unseeded = {Sampler("cpu", seed=s).sample(logits[:1].repeat(64, 1), BatchSamplingArgs.from_reqs(
+        [req(None, 5) for _ in range(64)], "cpu")).sum().item() for s in range(3)}
+    assert len(unseeded) > 1, "rows without a seed draw from the sampler's generator (its seed matters)"

@@ -16,7 +16,8 @@ from minisgl.core import SamplingParams
 from minisgl.message.utils import decode_value
 from minisgl.message import (WIRE_VERSION, AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg,
                              BaseTokenizerMsg, BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg,
-                             ExitMsg, MessageError, TokenizeMsg, UserMsg, UserReply, decode_message, encode_message)
+                             ErrorMsg, ErrorReply, ExitMsg, GetStatusMsg, MessageError, StatusMsg, StatusReply,
+                             TokenizeMsg, UserMsg, UserReply, decode_message, encode_message)
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 
 CODEC = ("encode_value", "decode_value", "decode_message")
@@ -31,7 +32,7 @@ def user_msg(uid: int, ids: list[int], dtype=torch.int32, **params) -> UserMsg:
 
 def samples() -> list:
     """One or more of every message type, with values that a sloppy encoding would change."""
-    hot = dict(temperature=0.7, top_k=20, top_p=0.95, max_tokens=33, ignore_eos=True)
+    hot = dict(temperature=0.7, top_k=20, top_p=0.95, max_tokens=33, ignore_eos=True, seed=2**62 + 1)
     return [
         user_msg(0, [1, 2, 3, 151643]),
         user_msg(2**40, [0, -1, 2**31 - 1], **hot),  # a uid past 32 bits, extreme int32 ids
@@ -41,9 +42,14 @@ def samples() -> list:
         BatchBackendMsg([user_msg(1, [9, 8]), AbortBackendMsg(1), BatchBackendMsg([]), ExitMsg()]),
         TokenizeMsg(3, "héllo, wörld ✓", SamplingParams(max_tokens=4)),
         TokenizeMsg(4, [{"role": "system", "content": ""}, {"role": "user", "content": "2+2?"}], SamplingParams(**hot)),
-        DetokenizeMsg(3, 42, False), DetokenizeMsg(3, 0, True), AbortMsg(9),
+        TokenizeMsg(5, [151643, 0, 17], SamplingParams(), stop=["\n\n", "é"], stop_token_ids=[2, 3],
+                    auto_max_tokens=True),
+        DetokenizeMsg(3, 42, False), DetokenizeMsg(3, 0, True, "length"), AbortMsg(9),
+        ErrorMsg(6, "prompt too long: 9000 > 4096"), StatusMsg(7, {"running": 2, "free_slots": 2**40}),
+        GetStatusMsg(7),
         BatchTokenizerMsg([DetokenizeMsg(1, 2, True), AbortMsg(1), TokenizeMsg(2, "x", SamplingParams())]),
-        UserReply(3, "", False), UserReply(3, "déjà vu\n", True),
+        UserReply(3, "", False), UserReply(3, "déjà vu\n", True, "stop", 12, 2**33),
+        ErrorReply(4, "the prompt is empty"), StatusReply(8, {}),
         BatchFrontendMsg([UserReply(1, "a", False), UserReply(2, "b", True)]),
     ]
 
@@ -98,7 +104,7 @@ def test_frames_are_tagged_and_versioned():
 @pytest.mark.stubs("decode_value")
 def test_decode_value_follows_the_type_hints():
     params = {"__type__": "SamplingParams", "temperature": 1, "top_k": 5, "top_p": 0.5, "max_tokens": 3,
-              "ignore_eos": False}
+              "ignore_eos": False, "seed": None}
     back = decode_value(params, SamplingParams, "params")
     assert back == SamplingParams(1.0, 5, 0.5, 3, False) and type(back.temperature) is float, f"got {back}"
     assert decode_value([{"a": "b"}], list[dict[str, str]], "chat") == [{"a": "b"}]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,6 +16,7 @@ class BatchSamplingArgs:
     temperatures: torch.Tensor | None
     top_k: torch.Tensor | None = None
     top_p: torch.Tensor | None = None
+    seeded: list[tuple[int, torch.Generator]] = field(default_factory=list)  # (row, its own generator)
 
     @classmethod
     def from_reqs(cls, reqs: list[Req], device: torch.device | str) -> BatchSamplingArgs:
@@ -26,7 +27,15 @@ class BatchSamplingArgs:
             temperatures=torch.tensor([0.0 if p.is_greedy else p.temperature for p in params], device=device),
             top_k=torch.tensor([p.top_k for p in params], device=device),
             top_p=torch.tensor([p.top_p for p in params], device=device),
+            seeded=[(i, seeded_generator(r.sampling_params.seed, r.device_len, device))
+                    for i, r in enumerate(reqs) if r.sampling_params.seed is not None and not r.sampling_params.is_greedy],
         )
+
+
+def seeded_generator(seed: int, position: int, device: torch.device | str) -> torch.Generator:
+    """A generator for one draw of a seeded request: its state depends on the seed and the token's position only,
+    so the request samples the same tokens whatever else shares its batches (nothing to keep between steps)."""
+    return torch.Generator(device=device).manual_seed(hash((seed, position)) & (2**63 - 1))
 
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -54,13 +63,17 @@ class Sampler:
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
         """logits [B, vocab] (float32) -> next token ids [B] (int32)."""
         # TODO(ch06): greedy rows take the argmax; the others divide by their temperature, filter with
-        # top_k_top_p_filter, and draw from the softmax with self.generator.
+        # top_k_top_p_filter, and draw from the softmax with self.generator, except the rows of args.seeded, which
+        # draw with their own generator.
         # >>> solution
         greedy = logits.argmax(dim=-1)
         if args.temperatures is None:
             return greedy.to(torch.int32)
         temps = torch.where(args.temperatures > 0, args.temperatures, 1.0)
         filtered = top_k_top_p_filter(logits / temps[:, None], args.top_k, args.top_p)
-        sampled = torch.multinomial(filtered.softmax(dim=-1), 1, generator=self.generator).squeeze(1)
+        probs = filtered.softmax(dim=-1)
+        sampled = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        for row, generator in args.seeded:  # a seeded request draws from its own generator
+            sampled[row] = torch.multinomial(probs[row], 1, generator=generator)[0]
         return torch.where(args.temperatures > 0, sampled, greedy).to(torch.int32)
         # <<< solution
