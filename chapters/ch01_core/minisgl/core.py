@@ -24,6 +24,7 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 16
     ignore_eos: bool = False
+    seed: int | None = None  # sampled tokens depend only on (seed, position): reproducible in any batch
 
     def __post_init__(self) -> None:
         self.validate()
@@ -44,6 +45,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if self.seed is not None:
+            self.seed = _integer("seed", self.seed, minimum=0)
+            if self.seed >= 2**63:
+                raise ValueError(f"seed must be below 2**63, got {self.seed}")
 
     @property
     def is_greedy(self) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,6 +16,7 @@ class BatchSamplingArgs:
     temperatures: torch.Tensor | None
     top_k: torch.Tensor | None = None
     top_p: torch.Tensor | None = None
+    seeded: list[tuple[int, torch.Generator]] = field(default_factory=list)  # (row, its own generator)
 
     @classmethod
     def from_reqs(cls, reqs: list[Req], device: torch.device | str) -> BatchSamplingArgs:
@@ -26,7 +27,15 @@ class BatchSamplingArgs:
             temperatures=torch.tensor([0.0 if p.is_greedy else p.temperature for p in params], device=device),
             top_k=torch.tensor([p.top_k for p in params], device=device),
             top_p=torch.tensor([p.top_p for p in params], device=device),
+            seeded=[(i, seeded_generator(r.sampling_params.seed, r.device_len, device))
+                    for i, r in enumerate(reqs) if r.sampling_params.seed is not None and not r.sampling_params.is_greedy],
         )
+
+
+def seeded_generator(seed: int, position: int, device: torch.device | str) -> torch.Generator:
+    """A generator for one draw of a seeded request: its state depends on the seed and the token's position only,
+    so the request samples the same tokens whatever else shares its batches (nothing to keep between steps)."""
+    return torch.Generator(device=device).manual_seed(hash((seed, position)) & (2**63 - 1))
 
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -43,5 +52,6 @@ class Sampler:
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
         """logits [B, vocab] (float32) -> next token ids [B] (int32)."""
         # TODO(ch06): greedy rows take the argmax; the others divide by their temperature, filter with
-        # top_k_top_p_filter, and draw from the softmax with self.generator.
+        # top_k_top_p_filter, and draw from the softmax with self.generator, except the rows of args.seeded, which
+        # draw with their own generator.
         raise NotImplementedError("TODO(ch06): Sampler.sample")

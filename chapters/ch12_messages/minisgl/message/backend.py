@@ -1,4 +1,4 @@
-"""Messages the scheduler receives: user requests (token ids ready), aborts, and the order to exit."""
+"""Messages the scheduler receives: user requests (token ids ready), aborts, status queries and the order to exit."""
 
 from __future__ import annotations
 
@@ -43,3 +43,8 @@ class UserMsg(BaseBackendMsg):
 @dataclass
 class AbortBackendMsg(BaseBackendMsg):
     uid: int
+
+
+@dataclass
+class GetStatusMsg(BaseBackendMsg):
+    uid: int  # the reply (a StatusMsg) carries it back

@@ -1,9 +1,9 @@
-"""Messages the HTTP front end receives: pieces of generated text for each request."""
+"""Messages the HTTP front end receives: pieces of generated text for each request, errors and status reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, Dict, List
 
 from .utils import decode_message, encode_message
 
@@ -29,3 +29,18 @@ class UserReply(BaseFrontendMsg):
     uid: int
     incremental_output: str  # the text generated since the last reply
     finished: bool
+    finish_reason: str | None = None  # when finished: "stop", "length" or "abort"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0  # tokens generated so far
+
+
+@dataclass
+class ErrorReply(BaseFrontendMsg):
+    uid: int
+    message: str  # the request was refused (bad prompt, too long for the engine): nothing ran
+
+
+@dataclass
+class StatusReply(BaseFrontendMsg):
+    uid: int
+    status: Dict[str, int]

@@ -1,9 +1,9 @@
-"""Messages the tokenizer/detokenizer process receives: text to tokenize (from the front end), tokens to
-detokenize (from the scheduler), and aborts."""
+"""Messages the tokenizer/detokenizer process receives: text to tokenize and aborts (from the front end); tokens
+to detokenize, refused requests and status reports (from the scheduler)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
 from minisgl.core import SamplingParams
@@ -32,15 +32,31 @@ class DetokenizeMsg(BaseTokenizerMsg):
     uid: int
     next_token: int
     finished: bool
+    finish_reason: str | None = None  # when finished: "stop" (an EOS token) or "length" (max_tokens)
 
 
 @dataclass
 class TokenizeMsg(BaseTokenizerMsg):
     uid: int
-    text: str | List[Dict[str, str]]  # a prompt, or chat messages [{"role": ..., "content": ...}]
+    text: str | List[Dict[str, str]] | List[int]  # a prompt, chat messages [{"role", "content"}], or token ids
     sampling_params: SamplingParams
+    stop: List[str] = field(default_factory=list)  # stop strings: the text ends before the first one
+    stop_token_ids: List[int] = field(default_factory=list)  # more tokens that end the text (not shown)
+    auto_max_tokens: bool = False  # max_tokens was not given: use all the room the context leaves
 
 
 @dataclass
 class AbortMsg(BaseTokenizerMsg):
     uid: int
+
+
+@dataclass
+class ErrorMsg(BaseTokenizerMsg):
+    uid: int
+    message: str  # why the scheduler refused the request (it never ran)
+
+
+@dataclass
+class StatusMsg(BaseTokenizerMsg):
+    uid: int
+    status: Dict[str, int]  # the scheduler's counters, answering a GetStatusMsg

@@ -1,0 +1,137 @@
+"""The tokenizer/detokenizer process: text in from the front end, token ids out to the scheduler; token ids in
+from the scheduler, text out to the front end.
+
+It is the only process that holds the tokenizer, so it also owns what is decided on text: stop strings and extra
+stop tokens (the scheduler only knows EOS and max_tokens). When a stream ends on one of those before the scheduler
+finished the request, the worker tells the scheduler to abort it: the tokens already on their way are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterable
+
+import torch
+
+from minisgl.message import (AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg,
+                             BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg, ErrorMsg,
+                             ErrorReply, MessageError, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
+from minisgl.tokenizer.detokenize import DetokenizeManager
+from minisgl.tokenizer.tokenize import TokenizeManager
+from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+
+
+def unwrap(msg, batch_type) -> list:
+    """The messages a frame carries: a batch message is flattened (batches may nest), one message is a list of one."""
+    if isinstance(msg, batch_type):
+        return [m for inner in msg.data for m in unwrap(inner, batch_type)]
+    return [msg]
+
+
+def batched(msgs: list, batch_type):
+    """One frame for a list of messages: the message itself when there is one, a batch message otherwise."""
+    return msgs[0] if len(msgs) == 1 else batch_type(msgs)
+
+
+class TokenizerWorker:
+    """The logic of the tokenizer process, without the sockets: `handle` turns the messages it received into the
+    messages for the scheduler (`to_backend`) and for the front end (`to_frontend`)."""
+
+    def __init__(self, tokenizer, max_seq_len: int) -> None:
+        self.max_seq_len = max_seq_len  # prompt + output tokens of one request, as the engine allows
+        self.tokenize_manager = TokenizeManager(tokenizer, max_prompt_len=max_seq_len - 1)  # room for one token
+        self.detokenize_manager = DetokenizeManager(tokenizer)
+        self.usage: dict[int, list[int]] = {}  # uid -> [prompt tokens, completion tokens], while it streams
+        self.to_backend: list[BaseBackendMsg] = []
+        self.to_frontend: list[BaseFrontendMsg] = []
+
+    def handle(self, msgs: Iterable[BaseTokenizerMsg]) -> None:
+        for msg in msgs:
+            if isinstance(msg, TokenizeMsg):
+                self.tokenize(msg)
+            elif isinstance(msg, DetokenizeMsg):
+                self.detokenize(msg)
+            elif isinstance(msg, AbortMsg):
+                self.abort(msg.uid)
+            elif isinstance(msg, ErrorMsg):  # the scheduler refused it: the stream never starts
+                self._drop(msg.uid)
+                self.to_frontend.append(ErrorReply(msg.uid, msg.message))
+            elif isinstance(msg, StatusMsg):
+                self.to_frontend.append(StatusReply(msg.uid, msg.status))
+            else:
+                raise MessageError(f"the tokenizer process does not handle {type(msg).__name__}")
+
+    def tokenize(self, msg: TokenizeMsg) -> None:
+        """A new request: its prompt becomes token ids for the scheduler, and its stream is opened for the replies.
+        A prompt that cannot run is answered at once with an ErrorReply (the scheduler never sees it)."""
+        # TODO(ch14): tokenize msg.text (a ValueError becomes ErrorReply(uid, message) to the front end); with
+        #   msg.auto_max_tokens, set max_tokens to all the room left in max_seq_len; open the request's stream
+        #   (its stop strings and stop token ids), start its usage [prompt tokens, 0], and send a UserMsg (ids as
+        #   an int32 tensor) to the scheduler.
+        raise NotImplementedError("TODO(ch14): TokenizerWorker.tokenize")
+
+    def detokenize(self, msg: DetokenizeMsg) -> None:
+        """One generated token: the new text goes to the front end. A stream that ended on a stop string or stop
+        token while the scheduler still runs the request makes the scheduler abort it."""
+        # TODO(ch14): ignore a uid without a stream (it ended already: with overlap more tokens can follow); count
+        #   the token; detokenize it; if the stream ended here but the scheduler did not finish the request, send
+        #   AbortBackendMsg. Reply UserReply(uid, text, finished, reason, prompt, completion): the reason is "stop"
+        #   when a stop string or token matched, else the scheduler's. Forget the usage of an ended stream.
+        raise NotImplementedError("TODO(ch14): TokenizerWorker.detokenize")
+
+    def abort(self, uid: int) -> None:
+        """The client is gone or asked to stop: the scheduler drops the request and the front end gets the last
+        text with finish_reason "abort". A request that already ended is left alone."""
+        # TODO(ch14): if the request still streams, close its stream (keep the text it held back), tell the
+        #   scheduler with AbortBackendMsg, and reply UserReply(..., finished=True, "abort", usage).
+        raise NotImplementedError("TODO(ch14): TokenizerWorker.abort")
+
+    def _drop(self, uid: int) -> list[int]:
+        self.detokenize_manager.streams.pop(uid, None)
+        return self.usage.pop(uid, [0, 0])
+
+    def take_outputs(self) -> tuple[list[BaseBackendMsg], list[BaseFrontendMsg]]:
+        out = self.to_backend, self.to_frontend
+        self.to_backend, self.to_frontend = [], []
+        return out
+
+
+def tokenize_worker(model_path: str, max_seq_len: int, addr: str, backend_addr: str, frontend_addr: str,
+                    ready=None) -> None:
+    """The process: receive, handle, send, until the parent goes away (or SIGTERM). Ctrl-C is the parent's to
+    handle: it stops the workers itself, so they never die half-way through a message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from transformers import AutoTokenizer
+
+    parent = os.getppid()
+    recv = ZmqPullQueue(addr, create=True, decoder=BaseTokenizerMsg.decoder)
+    send_backend = ZmqPushQueue(backend_addr, create=False, encoder=BaseBackendMsg.encoder)
+    send_frontend = ZmqPushQueue(frontend_addr, create=False, encoder=BaseFrontendMsg.encoder)
+    worker = TokenizerWorker(AutoTokenizer.from_pretrained(model_path), max_seq_len)
+    if ready is not None:
+        ready.put({"worker": "tokenizer"})
+    while os.getppid() == parent:
+        msgs = []
+        while (msg := _get(recv, timeout=0.5 if not msgs else 0)) is not None:
+            msgs.extend(unwrap(msg, BatchTokenizerMsg))
+        for msg in msgs:
+            try:
+                worker.handle([msg])
+            except MessageError as e:  # a message this process cannot act on: reported, the others go on
+                print(f"tokenizer: {e}", file=sys.stderr)
+        to_backend, to_frontend = worker.take_outputs()
+        if to_backend:
+            send_backend.put(batched(to_backend, BatchBackendMsg))
+        if to_frontend:
+            send_frontend.put(batched(to_frontend, BatchFrontendMsg))
+
+
+def _get(queue: ZmqPullQueue, timeout: float):
+    """The next frame's message, None if none came in time; a frame that does not decode is reported and skipped."""
+    try:
+        return queue.get(timeout=timeout)
+    except MessageError as e:
+        print(f"tokenizer: dropped a bad frame: {e}", file=sys.stderr)
+        return BatchTokenizerMsg([])

@@ -1,0 +1,138 @@
+"""The OpenAI API's request bodies, its error format, and the step from a request to a TokenizeMsg.
+
+Requests are parsed strictly (a string is not a number, a bool is not an integer) and unknown fields are refused:
+a parameter the engine would ignore is a 400 naming it, never dropped in silence. Parameters OpenAI defines but
+the engine does not support (n > 1, logprobs, penalties, tools) are accepted only at their do-nothing values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from minisgl.core import SamplingParams
+from minisgl.message import TokenizeMsg
+
+
+class APIError(Exception):
+    """An error the client gets as {"error": {"message", "type", "param", "code"}} with an HTTP status."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class Message(Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class Common(Strict):
+    """Fields both endpoints take."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float = 1.0  # OpenAI's default: give temperature 0 for greedy decoding
+    top_p: float = 1.0
+    top_k: int = -1  # an extension (vLLM and SGLang have it): -1 means no limit
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # an extension: more tokens that end the text
+    ignore_eos: bool = False  # an extension: generate max_tokens whatever the model says
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None  # the client's own tag for the request: recorded nowhere, changes nothing
+    # Accepted at these values only (see NOT_SUPPORTED).
+    n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | bool | None = None
+
+
+class CompletionRequest(Common):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = 16  # OpenAI's default for completions
+    echo: bool | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class ChatCompletionRequest(Common):
+    messages: list[Message]
+    max_completion_tokens: int | None = None  # the newer name of max_tokens
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: dict[str, Any] | None = None
+
+
+# field -> the values that ask for nothing; anything else is refused with a 400
+NOT_SUPPORTED = {
+    "n": (None, 1), "best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}), "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
+    "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "function_call": (None, "none"), "response_format": (None, {"type": "text"}),
+}
+
+
+def check_supported(req: Common) -> None:
+    for name, allowed in NOT_SUPPORTED.items():
+        value = getattr(req, name, None)
+        if not any(value == ok and type(value) is type(ok) for ok in allowed):
+            raise APIError(400, f"{name}={value!r} is not supported by this server", param=name,
+                           code="unsupported_parameter")
+    if req.stream_options is not None and not req.stream:
+        raise APIError(400, "stream_options needs stream=true", param="stream_options")
+
+
+def prompt_of(req: CompletionRequest | ChatCompletionRequest) -> str | list:
+    """The prompt as the tokenizer process takes it: text, token ids, or chat messages with text content."""
+    if isinstance(req, ChatCompletionRequest):
+        if not req.messages:
+            raise APIError(400, "messages must not be empty", param="messages")
+        return [{"role": m.role, "content": _text_content(m.content, i)} for i, m in enumerate(req.messages)]
+    prompt = req.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        if len(prompt) != 1:
+            raise APIError(400, f"one prompt per request, got {len(prompt)}", param="prompt")
+        prompt = prompt[0]
+    if len(prompt) == 0:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    return prompt
+
+
+def _text_content(content: str | list[dict[str, Any]], index: int) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise APIError(400, f"messages[{index}]: only text content is supported", param=f"messages[{index}]")
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+def to_tokenize_msg(uid: int, req: CompletionRequest | ChatCompletionRequest) -> TokenizeMsg:
+    """The message that starts the request in the tokenizer process, or an APIError naming the bad field."""
+    # TODO(ch15): refuse unsupported parameters (check_supported); the prompt (prompt_of); max_tokens, or for chat
+    #   max_completion_tokens (both given and different: a 400); for chat without either, auto_max_tokens (the
+    #   tokenizer process fills in the room left); SamplingParams from temperature/top_p/top_k/seed/ignore_eos (a
+    #   ValueError becomes a 400 naming the field); stop as a list (a single string is a list of one; an empty
+    #   stop string is a 400); stop_token_ids.
+    raise NotImplementedError("TODO(ch15): to_tokenize_msg")

@@ -1,0 +1,164 @@
+"""The scheduler process: the scheduler's loop, fed by messages instead of a list of prompts.
+
+Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
+the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
+step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
+tokens. Only when nothing runs or waits does it block on the socket.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import torch
+
+from minisgl.core import Req
+from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchBackendMsg, BatchTokenizerMsg,
+                             DetokenizeMsg, ErrorMsg, ExitMsg, GetStatusMsg, MessageError, StatusMsg, UserMsg)
+from minisgl.scheduler.scheduler import ForwardData, Scheduler
+from minisgl.scheduler.utils import PendingReq
+from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+
+IDLE_POLL_S = 0.5  # how long an idle loop blocks on its socket before it checks that its parent still lives
+
+
+class SchedulerIO:
+    """A Scheduler behind two queues: `recv` (messages for the scheduler) and `send` (to the tokenizer process)."""
+
+    def __init__(self, scheduler: Scheduler, recv: ZmqPullQueue, send: ZmqPushQueue) -> None:
+        self.scheduler = scheduler
+        self.recv, self.send = recv, send
+        self.outbox: list[BaseTokenizerMsg] = []
+        self.new_tokens: list[tuple[Req, int]] = []  # (request, token) recorded by the last step, to send
+        self.running = True  # an ExitMsg ends the loop
+        self.eos_token_ids = set(scheduler.engine.model_config.eos_token_ids)
+        scheduler.on_token = lambda req, token: self.new_tokens.append((req, token))
+
+    def receive_msgs(self, blocking: bool) -> list[BaseBackendMsg]:
+        """Every message queued now; when `blocking`, wait up to IDLE_POLL_S for the first one. A frame that does
+        not decode is reported and skipped."""
+        msgs: list[BaseBackendMsg] = []
+        timeout = IDLE_POLL_S if blocking else 0
+        while True:
+            try:
+                msg = self.recv.get(timeout=timeout)
+            except MessageError as e:
+                print(f"scheduler: dropped a bad frame: {e}", file=sys.stderr)
+                continue
+            if msg is None:
+                return msgs
+            msgs.extend(msg.data if isinstance(msg, BatchBackendMsg) else [msg])
+            timeout = 0
+
+    def process_msg(self, msg: BaseBackendMsg) -> None:
+        """Act on one message: queue a request (or refuse it), abort one, report the status, or stop."""
+        # TODO(ch14): a UserMsg becomes a PendingReq added to the scheduler; a ValueError (it can never run here)
+        #   becomes ErrorMsg(uid, message) in the outbox. AbortBackendMsg -> scheduler.abort_request (a request
+        #   that already finished is no error); GetStatusMsg -> StatusMsg(uid, self.status()); ExitMsg ends the
+        #   loop; a nested BatchBackendMsg is processed message by message.
+        # >>> solution
+        if isinstance(msg, UserMsg):
+            try:
+                self.scheduler.add_request(PendingReq(msg.uid, msg.input_ids, msg.sampling_params))
+            except ValueError as e:
+                self.outbox.append(ErrorMsg(msg.uid, str(e)))
+        elif isinstance(msg, AbortBackendMsg):
+            self.scheduler.abort_request(msg.uid)
+        elif isinstance(msg, GetStatusMsg):
+            self.outbox.append(StatusMsg(msg.uid, self.status()))
+        elif isinstance(msg, ExitMsg):
+            self.running = False
+        elif isinstance(msg, BatchBackendMsg):
+            for inner in msg.data:
+                self.process_msg(inner)
+        else:
+            raise MessageError(f"the scheduler does not handle {type(msg).__name__}")
+        # <<< solution
+
+    def send_results(self) -> None:
+        """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
+        # TODO(ch14): for each recorded (req, token): the request is finished if it is in scheduler.finished
+        #   (take it out: nobody else collects it); its finish_reason is "stop" for an EOS token it did not
+        #   ignore, else "length". Send the DetokenizeMsgs and the outbox together (BatchTokenizerMsg when more
+        #   than one), then clear both lists.
+        # >>> solution
+        replies: list[BaseTokenizerMsg] = []
+        for req, token in self.new_tokens:
+            finished = self.scheduler.finished.pop(req.uid, None) is not None
+            reason = None
+            if finished:
+                eos = token in self.eos_token_ids and not req.sampling_params.ignore_eos
+                reason = "stop" if eos else "length"
+            replies.append(DetokenizeMsg(req.uid, token, finished, reason))
+        replies += self.outbox
+        if replies:
+            self.send.put(replies[0] if len(replies) == 1 else BatchTokenizerMsg(replies))
+        self.new_tokens, self.outbox = [], []
+        # <<< solution
+
+    def status(self) -> dict[str, int]:
+        """The scheduler's counters; when nothing runs it also checks the integrity of its tables and pages."""
+        sched = self.scheduler
+        status = {"waiting": len(sched.prefill_manager.pending), "running": len(sched.decode_manager.running),
+                  "available_slots": sched.cache_manager.available_size, "total_slots": sched.cache_manager.num_slots}
+        if sched.idle:
+            sched.check_integrity()  # an AssertionError here ends the process: a leak is never served over
+            status["integrity_checked"] = 1
+        return status
+
+    def run_forever(self, alive=lambda: True) -> None:
+        """Receive, step, send until an ExitMsg comes (or `alive()` turns false while idle). If anything fails,
+        every request is aborted and freed before the error ends the process."""
+        sched = self.scheduler
+        if sched.stream is not None:
+            sched.stream.wait_stream(torch.cuda.current_stream())
+        last: ForwardData | None = None  # the batch in flight (overlap scheduling)
+        try:
+            while self.running:
+                # TODO(ch14): block for messages only when nothing is in flight and nothing waits or runs (then
+                #   return if not alive()); process every message; run one step: overlap_step(last) with overlap
+                #   on, step() otherwise; send the results.
+                # >>> solution
+                idle = last is None and sched.idle
+                msgs = self.receive_msgs(blocking=idle)
+                if idle and not msgs and not alive():
+                    return
+                for msg in msgs:
+                    self.process_msg(msg)
+                if sched.overlap:
+                    last = sched.overlap_step(last)
+                else:
+                    sched.step()
+                self.send_results()
+                # <<< solution
+        except BaseException:
+            sched.abort_all()
+            raise
+
+
+def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr: str, detokenizer_addr: str,
+                  ready=None) -> None:
+    """The scheduler process: build the engine (the slow part), report ready with the limits the front end needs,
+    then serve until an ExitMsg or the parent's death. A failure to start is reported instead of a silent exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers itself
+    from minisgl.engine import Engine, EngineConfig
+
+    parent = os.getppid()
+    try:
+        engine = Engine(EngineConfig(model_path, **engine_args))
+        scheduler = Scheduler(engine, **scheduler_args)
+    except Exception as e:
+        if ready is not None:
+            ready.put({"worker": "scheduler", "error": f"{type(e).__name__}: {e}"})
+        raise
+    recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
+    send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
+    io = SchedulerIO(scheduler, recv, send)
+    if ready is not None:
+        ready.put({"worker": "scheduler", "max_seq_len": engine.max_seq_len,
+                   "total_slots": scheduler.cache_manager.num_slots})
+    io.run_forever(alive=lambda: os.getppid() == parent)
+    recv.stop()
+    send.stop()

@@ -1,0 +1,127 @@
+"""Starting and stopping the worker processes of a server: the scheduler and the tokenizer/detokenizer.
+
+The process that creates `Workers` is the front end: it sends TokenizeMsg/AbortMsg to the tokenizer process and
+receives UserReply/ErrorReply/StatusReply from it. The queues are ZMQ sockets on `ipc://` files in a private
+temporary folder. Workers report ready (or why they could not start) on a multiprocessing queue; a worker that
+dies is noticed by `dead_worker()`, and `stop()` always leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from minisgl.message import BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg, ExitMsg
+from minisgl.scheduler.io import run_scheduler
+from minisgl.tokenizer.server import tokenize_worker
+from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+
+
+@dataclass(frozen=True)
+class Addresses:
+    backend: str  # the scheduler receives here
+    tokenizer: str  # the tokenizer process receives here
+    frontend: str  # the front end receives here
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> Addresses:
+        return cls(*(f"ipc://{folder / name}" for name in ("backend", "tokenizer", "frontend")))
+
+
+class WorkerError(RuntimeError):
+    """A worker could not start, or died."""
+
+
+class Workers:
+    """The two worker processes of one server and the front end's ends of the queues.
+
+    engine_args go to EngineConfig, scheduler_args to Scheduler (max_extend_tokens, overlap). The constructor
+    returns once both workers are ready (WorkerError if one fails to start); `max_seq_len` is then the engine's
+    limit on prompt + output tokens."""
+
+    def __init__(self, model_path: str, engine_args: dict | None = None, scheduler_args: dict | None = None,
+                 startup_timeout: float = 600.0) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="minisgl-"))
+        self.addrs = Addresses.in_folder(self.folder)
+        context = mp.get_context("spawn")  # a fresh interpreter: no CUDA state or threads inherited
+        self._ready = context.Queue()
+        self.processes: dict[str, mp.Process] = {}
+        self.to_tokenizer = self.to_scheduler = self.replies = None
+        try:
+            # The front end binds its own socket first: replies sent before it listens are never lost.
+            self.replies = ZmqPullQueue(self.addrs.frontend, create=True, decoder=BaseFrontendMsg.decoder)
+            self._start(context, "scheduler", run_scheduler,
+                        (str(model_path), engine_args or {}, scheduler_args or {}, self.addrs.backend,
+                         self.addrs.tokenizer, self._ready))
+            info = self._wait_ready("scheduler", startup_timeout)
+            self.max_seq_len: int = info["max_seq_len"]
+            self.total_slots: int = info["total_slots"]
+            self._start(context, "tokenizer", tokenize_worker,
+                        (str(model_path), self.max_seq_len, self.addrs.tokenizer, self.addrs.backend,
+                         self.addrs.frontend, self._ready))
+            self._wait_ready("tokenizer", startup_timeout)
+            self.to_tokenizer = ZmqPushQueue(self.addrs.tokenizer, create=False, encoder=BaseTokenizerMsg.encoder)
+            # Status queries go straight to the scheduler: there is nothing to tokenize in them.
+            self.to_scheduler = ZmqPushQueue(self.addrs.backend, create=False, encoder=BaseBackendMsg.encoder)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, context, name: str, target, args: tuple) -> None:
+        process = context.Process(target=target, args=args, name=f"minisgl-{name}", daemon=True)
+        process.start()
+        self.processes[name] = process
+
+    def _wait_ready(self, name: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                info = self._ready.get(timeout=0.2)
+            except queue.Empty:
+                if not self.processes[name].is_alive():
+                    raise WorkerError(f"the {name} process exited while starting "
+                                      f"(exit code {self.processes[name].exitcode})") from None
+                continue
+            if "error" in info:
+                raise WorkerError(f"the {name} process could not start: {info['error']}")
+            return info
+        raise WorkerError(f"the {name} process was not ready after {timeout:.0f} s")
+
+    def dead_worker(self) -> str | None:
+        """A message naming a worker that is no longer running, or None while all run."""
+        for name, process in self.processes.items():
+            if not process.is_alive():
+                return f"the {name} process died (exit code {process.exitcode})"
+        return None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop both workers (an ExitMsg to the scheduler, then SIGTERM, then SIGKILL) and remove the sockets.
+        Safe to call twice, and on a half-started set."""
+        scheduler = self.processes.get("scheduler")
+        if self.to_scheduler is not None and scheduler is not None:
+            self.to_scheduler.put(ExitMsg())  # it leaves its loop between two steps
+            scheduler.join(timeout)
+        for process in self.processes.values():  # the tokenizer holds nothing worth a clean exit
+            if process.is_alive():
+                process.terminate()
+                process.join(2.0)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for q in (self.to_tokenizer, self.to_scheduler, self.replies):
+            if q is not None:
+                q.stop()
+        self.to_tokenizer = self.to_scheduler = self.replies = None
+        self.processes.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
