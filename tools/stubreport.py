@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import traceback
 
 import pytest
@@ -32,6 +33,15 @@ def _stub_in_chain(error: BaseException) -> BaseException | None:
     """A TODO stub's NotImplementedError that another exception wraps (Triton's interpreter re-raises what a
     kernel raised as its own InterpreterError, `from` the original)."""
     return next((e for e in _chain(error) if isinstance(e, NotImplementedError) and str(e).startswith("TODO(")), None)
+
+
+# A stub that raised in another process (a server worker, the HTTP server) reaches the test as the text of an error:
+# the worker reports its last error, the server answers 500 with it in the body.
+REMOTE_STUB = re.compile(r"NotImplementedError: (TODO\(ch\d\d\): [\w.]+)")
+
+
+def _remote_stub(error: BaseException) -> str | None:
+    return next((m.group(1) for e in _chain(error) if (m := REMOTE_STUB.search(str(e)))), None)
 
 
 def _frames(error: BaseException) -> list[str]:
@@ -78,6 +88,8 @@ def _short_reason(report) -> tuple[str, str]:
         stub = _stub_in_chain(excinfo.value)
         if stub is not None:
             return "NotImplementedError", str(stub)
+        if (remote := _remote_stub(excinfo.value)) is not None:
+            return "NotImplementedError", remote
         message = str(excinfo.value).strip().splitlines()
         return excinfo.typename, message[0] if message else ""
     text = str(report.longrepr).strip().splitlines()

@@ -20,6 +20,7 @@ from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, 
 from minisgl.scheduler.scheduler import ForwardData, Scheduler
 from minisgl.scheduler.utils import PendingReq
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+from minisgl.utils.process import report_death
 
 IDLE_POLL_S = 0.5  # how long an idle loop blocks on its socket before it checks that its parent still lives
 
@@ -104,19 +105,15 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
     from minisgl.engine import Engine, EngineConfig
 
     parent = os.getppid()
-    try:
+    with report_death("scheduler", ready):
         engine = Engine(EngineConfig(model_path, **engine_args))
         scheduler = Scheduler(engine, **scheduler_args)
-    except Exception as e:
+        recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
+        send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
+        io = SchedulerIO(scheduler, recv, send)
         if ready is not None:
-            ready.put({"worker": "scheduler", "error": f"{type(e).__name__}: {e}"})
-        raise
-    recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
-    send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
-    io = SchedulerIO(scheduler, recv, send)
-    if ready is not None:
-        ready.put({"worker": "scheduler", "max_seq_len": engine.max_seq_len,
-                   "total_slots": scheduler.cache_manager.num_slots})
-    io.run_forever(alive=lambda: os.getppid() == parent)
-    recv.stop()
-    send.stop()
+            ready.put({"worker": "scheduler", "max_seq_len": engine.max_seq_len,
+                       "total_slots": scheduler.cache_manager.num_slots})
+        io.run_forever(alive=lambda: os.getppid() == parent)
+        recv.stop()
+        send.stop()

@@ -87,17 +87,30 @@ class Workers:
                     raise WorkerError(f"the {name} process exited while starting "
                                       f"(exit code {self.processes[name].exitcode})") from None
                 continue
-            if "error" in info:
-                raise WorkerError(f"the {name} process could not start: {info['error']}")
+            if "died" in info:
+                raise WorkerError(f"the {name} process could not start: {info['died']}")
             return info
         raise WorkerError(f"the {name} process was not ready after {timeout:.0f} s")
 
     def dead_worker(self) -> str | None:
-        """A message naming a worker that is no longer running, or None while all run."""
+        """A message naming a worker that is no longer running (with the error that ended it, when it could say),
+        or None while all run."""
         for name, process in self.processes.items():
             if not process.is_alive():
-                return f"the {name} process died (exit code {process.exitcode})"
+                process.join()
+                why = self._last_words(name)
+                return f"the {name} process died (exit code {process.exitcode}){': ' + why if why else ''}"
         return None
+
+    def _last_words(self, name: str) -> str:
+        """The error a worker reported before it died (see minisgl.utils.process.report_death), if it did."""
+        while True:
+            try:
+                info = self._ready.get(timeout=0.5)
+            except queue.Empty:
+                return ""
+            if info.get("worker") == name and "died" in info:
+                return info["died"]
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop both workers (an ExitMsg to the scheduler, then SIGTERM, then SIGKILL) and remove the sockets.

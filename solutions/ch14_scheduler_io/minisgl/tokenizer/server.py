@@ -21,6 +21,7 @@ from minisgl.message import (AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFron
 from minisgl.tokenizer.detokenize import DetokenizeManager
 from minisgl.tokenizer.tokenize import TokenizeManager
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+from minisgl.utils.process import report_death
 
 
 def unwrap(msg, batch_type) -> list:
@@ -139,26 +140,27 @@ def tokenize_worker(model_path: str, max_seq_len: int, addr: str, backend_addr: 
     from transformers import AutoTokenizer
 
     parent = os.getppid()
-    recv = ZmqPullQueue(addr, create=True, decoder=BaseTokenizerMsg.decoder)
-    send_backend = ZmqPushQueue(backend_addr, create=False, encoder=BaseBackendMsg.encoder)
-    send_frontend = ZmqPushQueue(frontend_addr, create=False, encoder=BaseFrontendMsg.encoder)
-    worker = TokenizerWorker(AutoTokenizer.from_pretrained(model_path), max_seq_len)
-    if ready is not None:
-        ready.put({"worker": "tokenizer"})
-    while os.getppid() == parent:
-        msgs = []
-        while (msg := _get(recv, timeout=0.5 if not msgs else 0)) is not None:
-            msgs.extend(unwrap(msg, BatchTokenizerMsg))
-        for msg in msgs:
-            try:
-                worker.handle([msg])
-            except MessageError as e:  # a message this process cannot act on: reported, the others go on
-                print(f"tokenizer: {e}", file=sys.stderr)
-        to_backend, to_frontend = worker.take_outputs()
-        if to_backend:
-            send_backend.put(batched(to_backend, BatchBackendMsg))
-        if to_frontend:
-            send_frontend.put(batched(to_frontend, BatchFrontendMsg))
+    with report_death("tokenizer", ready):
+        recv = ZmqPullQueue(addr, create=True, decoder=BaseTokenizerMsg.decoder)
+        send_backend = ZmqPushQueue(backend_addr, create=False, encoder=BaseBackendMsg.encoder)
+        send_frontend = ZmqPushQueue(frontend_addr, create=False, encoder=BaseFrontendMsg.encoder)
+        worker = TokenizerWorker(AutoTokenizer.from_pretrained(model_path), max_seq_len)
+        if ready is not None:
+            ready.put({"worker": "tokenizer"})
+        while os.getppid() == parent:
+            msgs = []
+            while (msg := _get(recv, timeout=0.5 if not msgs else 0)) is not None:
+                msgs.extend(unwrap(msg, BatchTokenizerMsg))
+            for msg in msgs:
+                try:
+                    worker.handle([msg])
+                except MessageError as e:  # a message this process cannot act on: reported, the others go on
+                    print(f"tokenizer: {e}", file=sys.stderr)
+            to_backend, to_frontend = worker.take_outputs()
+            if to_backend:
+                send_backend.put(batched(to_backend, BatchBackendMsg))
+            if to_frontend:
+                send_frontend.put(batched(to_frontend, BatchFrontendMsg))
 
 
 def _get(queue: ZmqPullQueue, timeout: float):

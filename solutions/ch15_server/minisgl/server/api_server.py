@@ -274,6 +274,12 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> Fast
     async def api_error(_: Request, e: APIError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
 
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, e: Exception) -> JSONResponse:
+        """A bug, not a bad request: the client gets a 500 that names it, and the server goes on serving."""
+        error = APIError(500, f"internal error: {type(e).__name__}: {e}", type="internal_server_error")
+        return JSONResponse(error.body(), status_code=500)
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
         err = e.errors()[0]

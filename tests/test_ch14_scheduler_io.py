@@ -1,0 +1,349 @@
+"""Chapter 14: the scheduler and the tokenizer as processes that talk in messages.
+
+In-process tests drive SchedulerIO and TokenizerWorker directly (deterministic aborts: waiting, mid-chunk,
+decoding, with overlap on and off); process tests start the real workers and talk to them over ZMQ."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import pytest
+import torch
+import zmq
+
+from helpers import TEXTS, assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
+from minisgl.core import SamplingParams
+from minisgl.engine import Engine, EngineConfig
+from minisgl.message import (AbortBackendMsg, AbortMsg, BatchFrontendMsg, DetokenizeMsg, ErrorMsg, ErrorReply,
+                             ExitMsg, GetStatusMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
+from minisgl.scheduler.io import SchedulerIO
+from minisgl.scheduler.prefill import ChunkedReq
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.server.launch import Workers
+from minisgl.tokenizer.server import TokenizerWorker
+
+IO_STUBS = ("SchedulerIO.process_msg", "SchedulerIO.send_results", "SchedulerIO.run_forever")
+WORKER_STUBS = ("TokenizerWorker.tokenize", "TokenizerWorker.detokenize", "TokenizerWorker.abort")
+
+
+class Inbox:
+    """The scheduler's receiving queue, in-process: messages the test queued, handed out one per get()."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def get(self, timeout=None):
+        return self.items.pop(0) if self.items else None
+
+
+class Outbox:
+    """The scheduler's sending queue, in-process: every message it sent, batches flattened."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def put(self, msg) -> None:
+        self.sent.extend(getattr(msg, "data", [msg]))
+
+
+def make_io(name="tiny-qwen3", overlap=True, max_extend_tokens=64, **config) -> SchedulerIO:
+    config = dict(max_running_reqs=4, max_seq_len=256, cpu_kv_cache_mb=16) | config
+    scheduler = Scheduler(Engine(EngineConfig(model_path(name), **config)), max_extend_tokens, overlap)
+    return SchedulerIO(scheduler, Inbox(), Outbox())
+
+
+def user_msg(uid: int, ids: list[int], max_tokens: int, ignore_eos=True) -> UserMsg:
+    return UserMsg(uid, torch.tensor(ids, dtype=torch.int32), SamplingParams(max_tokens=max_tokens,
+                                                                              ignore_eos=ignore_eos))
+
+
+def tokens_by_uid(sent: list) -> dict[int, list[DetokenizeMsg]]:
+    out: dict[int, list[DetokenizeMsg]] = {}
+    for m in sent:
+        if isinstance(m, DetokenizeMsg):
+            out.setdefault(m.uid, []).append(m)
+    return out
+
+
+def run_until_idle(io: SchedulerIO) -> None:
+    io.run_forever(alive=lambda: False)  # returns once nothing waits or runs and no message is queued
+
+
+def assert_all_free(io: SchedulerIO) -> None:
+    assert_clean(io.scheduler)
+    cache = io.scheduler.cache_manager
+    assert cache.available_size == cache.num_slots, \
+        f"{cache.num_slots - cache.available_size} KV slots are still held by nobody's request"
+
+
+@pytest.mark.stubs(*IO_STUBS)
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+def test_messages_in_tokens_out_equal_hf_greedy(overlap):
+    io = make_io(overlap=overlap, max_extend_tokens=16)
+    prompts = prompt_ids("tiny-qwen3", 3)
+    io.recv.items += [user_msg(uid, ids, 6 + uid) for uid, ids in enumerate(prompts)]
+    run_until_idle(io)
+    got = tokens_by_uid(io.send.sent)
+    for uid, ids in enumerate(prompts):
+        want = hf_greedy("tiny-qwen3", ids, 6 + uid)
+        msgs = got.get(uid, [])
+        assert [m.next_token for m in msgs] == want, f"request {uid}: tokens sent {[m.next_token for m in msgs]}, HF {want}"
+        assert [m.finished for m in msgs] == [False] * (len(want) - 1) + [True], \
+            f"request {uid}: only its last token is marked finished, got {[m.finished for m in msgs]}"
+        assert msgs[-1].finish_reason == "length", f"max_tokens ended it: reason {msgs[-1].finish_reason!r}"
+    assert not io.scheduler.finished, "finished requests are sent, not kept: scheduler.finished must be empty"
+    assert_all_free(io)
+
+
+@pytest.mark.stubs(*IO_STUBS)
+def test_eos_is_a_stop_and_refused_requests_get_an_error_message():
+    io = make_io("smollm2", max_seq_len=128)
+    ids = prompt_ids("smollm2", 1)[0]
+    want = hf_greedy("smollm2", ids, 60, stop_at_eos=True)
+    assert len(want) < 60, "the fixture's chat answer ends with EOS before 60 tokens"
+    io.recv.items += [user_msg(0, ids, 60, ignore_eos=False), user_msg(1, ids, 128 - len(ids) + 1),
+                      user_msg(2, ids, 3), GetStatusMsg(9)]
+    run_until_idle(io)
+    got = tokens_by_uid(io.send.sent)
+    assert [m.next_token for m in got[0]] == want, "the EOS-ended answer equals HF greedy, EOS included"
+    assert got[0][-1].finish_reason == "stop", f"an EOS token ends with 'stop', got {got[0][-1].finish_reason!r}"
+    assert got[2][-1].finish_reason == "length", "max_tokens ends with 'length'"
+    errors = [m for m in io.send.sent if isinstance(m, ErrorMsg)]
+    assert [e.uid for e in errors] == [1] and "max_seq_len" in errors[0].message, \
+        f"a request over the context is refused with an ErrorMsg naming the limit, got {errors}"
+    assert 1 not in got, "a refused request never runs"
+    status = [m for m in io.send.sent if isinstance(m, StatusMsg)]
+    assert len(status) == 1 and status[0].uid == 9 and status[0].status["total_slots"] == \
+        io.scheduler.cache_manager.num_slots, f"GetStatusMsg answers with the scheduler's counters, got {status}"
+    assert_all_free(io)
+
+
+def abort_when(io: SchedulerIO, uid: int, seen) -> list[int]:
+    """Queue AbortBackendMsg(uid) right after the first batch for which seen(batch) holds; returns the step
+    (index into scheduler.history) the abort was queued after."""
+    at: list[int] = []
+
+    def on_batch(batch):
+        if not at and seen(batch):
+            at.append(len(io.scheduler.history))
+            io.recv.items.append(AbortBackendMsg(uid))
+
+    io.scheduler.on_batch = on_batch
+    return at
+
+
+@pytest.mark.stubs(*IO_STUBS)
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+@pytest.mark.parametrize("where", ["waiting", "mid-chunk", "decoding"])
+def test_an_abort_frees_the_request_wherever_it_is(where, overlap):
+    io = make_io(overlap=overlap, max_extend_tokens=8, max_running_reqs=2 if where == "waiting" else 4)
+    prompts = prompt_ids("tiny-qwen3", 3)
+    long_prompt = (prompts[0] * 6)[:40]  # five chunks of 8
+    victim = {"waiting": user_msg(7, prompts[2], 8), "mid-chunk": user_msg(7, long_prompt, 8),
+              "decoding": user_msg(7, prompts[2], 30)}[where]
+    seen = {"waiting": lambda b: not b.is_prefill,  # the two others decode while 7 waits for a row
+            "mid-chunk": lambda b: any(r.uid == 7 and isinstance(r, ChunkedReq) for r in b.reqs),
+            "decoding": lambda b: not b.is_prefill and any(r.uid == 7 for r in b.reqs)}[where]
+    at = abort_when(io, 7, seen)
+    io.recv.items += [user_msg(0, prompts[0], 12), user_msg(1, prompts[1], 12), victim]
+    run_until_idle(io)
+    assert at, f"the test never saw request 7 {where}"
+    got = tokens_by_uid(io.send.sent)
+    for uid in (0, 1):
+        want = hf_greedy("tiny-qwen3", prompts[uid], 12)
+        assert [m.next_token for m in got[uid]] == want, f"request {uid} must finish unharmed by the abort"
+    sent_7 = got.get(7, [])
+    assert not any(m.finished for m in sent_7), "an aborted request never reports finished"
+    ran = [i for i, (_, uids) in enumerate(io.scheduler.history) if 7 in uids]
+    assert all(i <= at[0] for i in ran), f"request 7 ran in batches {ran} after its abort (queued after {at[0]})"
+    if where == "waiting":
+        assert not sent_7 and not ran, "a request aborted while waiting never runs"
+    assert_all_free(io)
+
+
+@pytest.mark.stubs(*IO_STUBS)
+def test_exit_ends_the_loop_and_aborts_nothing_silently():
+    io = make_io()
+    io.recv.items += [user_msg(0, prompt_ids("tiny-qwen3", 1)[0], 40), ExitMsg()]
+    io.run_forever(alive=lambda: True)  # must return: the ExitMsg ends it even with work left
+    assert not io.running, "ExitMsg ends the loop"
+
+
+# ---- the tokenizer process's logic, in-process ----------------------------------------------------------------
+
+def worker(max_seq_len=512) -> TokenizerWorker:
+    return TokenizerWorker(tokenizer("smollm2"), max_seq_len)
+
+
+def story_tokens() -> list[int]:
+    """24 tokens of plain text (no special tokens): SmolLM2 continuing a story."""
+    return hf_greedy("smollm2", tokenizer("smollm2").encode(TEXTS[2]), 24)
+
+
+def feed(w: TokenizerWorker, uid: int, ids: list[int], last_reason="length") -> list[UserReply]:
+    """Detokenize ids as the scheduler would send them; the replies to the front end."""
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        w.handle([DetokenizeMsg(uid, t, last, last_reason if last else None)])
+    return [r for r in w.take_outputs()[1] if isinstance(r, UserReply)]
+
+
+@pytest.mark.stubs("TokenizerWorker.tokenize")
+def test_tokenize_sends_ids_or_refuses():
+    tok = tokenizer("smollm2")
+    w = worker(max_seq_len=64)
+    chat = [{"role": "user", "content": "Hi there"}]
+    w.handle([TokenizeMsg(0, "Hello world", SamplingParams(max_tokens=5)),
+              TokenizeMsg(1, chat, SamplingParams(), auto_max_tokens=True),
+              TokenizeMsg(2, [5, 6, 7], SamplingParams(max_tokens=2)),
+              TokenizeMsg(3, "", SamplingParams()), TokenizeMsg(4, "word " * 80, SamplingParams()),
+              TokenizeMsg(5, [10**9], SamplingParams())])
+    to_backend, to_frontend = w.take_outputs()
+    sent = {m.uid: m for m in to_backend}
+    assert sorted(sent) == [0, 1, 2], f"three prompts can run, the scheduler got {sorted(sent)}"
+    assert sent[0].input_ids.dtype == torch.int32 and sent[0].input_ids.tolist() == tok.encode("Hello world")
+    chat_ids = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert sent[1].input_ids.tolist() == list(chat_ids), "chat messages go through the chat template"
+    assert sent[1].sampling_params.max_tokens == 64 - len(chat_ids), \
+        f"auto_max_tokens fills the room left: {sent[1].sampling_params.max_tokens} != {64 - len(chat_ids)}"
+    assert sent[0].sampling_params.max_tokens == 5 and sent[2].input_ids.tolist() == [5, 6, 7]
+    errors = {r.uid: r.message for r in to_frontend if isinstance(r, ErrorReply)}
+    assert sorted(errors) == [3, 4, 5], f"empty, too long and out-of-vocabulary prompts are refused: {errors}"
+    assert "empty" in errors[3] and "64" in errors[4] or "63" in errors[4], f"errors name the problem: {errors}"
+
+
+@pytest.mark.stubs("TokenizerWorker.tokenize", "TokenizerWorker.detokenize")
+def test_detokenize_streams_text_usage_and_reasons():
+    tok = tokenizer("smollm2")
+    ids = story_tokens()
+    w = worker()
+    w.handle([TokenizeMsg(0, "Hello", SamplingParams(max_tokens=24))])
+    w.take_outputs()
+    replies = feed(w, 0, ids)
+    assert "".join(r.incremental_output for r in replies) == tok.decode(ids, skip_special_tokens=True), \
+        "the streamed pieces add up to the decode of every token"
+    assert [r.finished for r in replies].count(True) == 1 and replies[-1].finished, "one finished reply, the last"
+    last = replies[-1]
+    assert (last.finish_reason, last.prompt_tokens, last.completion_tokens) == ("length", len(tok.encode("Hello")),
+                                                                                  len(ids)), f"usage {last}"
+    assert feed(w, 0, [5]) == [], "a token after the stream ended is ignored (overlap sends one more)"
+
+
+@pytest.mark.stubs("TokenizerWorker.tokenize", "TokenizerWorker.detokenize")
+@pytest.mark.parametrize("kind", ["string", "token"])
+def test_a_stop_ends_the_text_and_aborts_the_scheduler_request(kind):
+    tok = tokenizer("smollm2")
+    ids = story_tokens()
+    full = tok.decode(ids, skip_special_tokens=True)
+    k = 12
+    if kind == "string":
+        stop = tok.decode(ids[k:k + 2])  # spans two tokens
+        extra = dict(stop=[stop])
+        want = full[:full.index(stop)]
+    else:
+        extra = dict(stop_token_ids=[ids[k]])
+        want = tok.decode(ids[:k], skip_special_tokens=True)
+    w = worker()
+    w.handle([TokenizeMsg(0, "Hello", SamplingParams(max_tokens=24), **extra)])
+    w.take_outputs()
+    replies, aborts = [], []
+    for t in ids:
+        w.handle([DetokenizeMsg(0, t, False)])
+        to_backend, to_frontend = w.take_outputs()
+        replies += to_frontend
+        aborts += [m.uid for m in to_backend if isinstance(m, AbortBackendMsg)]
+    text = "".join(r.incremental_output for r in replies)
+    assert text == want, f"the text stops exactly before the {kind} stop:\n got {text!r}\nwant {want!r}"
+    assert replies[-1].finished and replies[-1].finish_reason == "stop", f"last reply {replies[-1]}"
+    assert aborts == [0], f"the scheduler is told once to drop the request, got aborts for {aborts}"
+
+
+@pytest.mark.stubs("TokenizerWorker.tokenize", "TokenizerWorker.abort")
+def test_abort_and_scheduler_errors():
+    w = worker()
+    w.handle([TokenizeMsg(0, "Hello", SamplingParams(max_tokens=9)), TokenizeMsg(1, "Hi", SamplingParams())])
+    w.take_outputs()
+    w.handle([AbortMsg(0), ErrorMsg(1, "too long"), AbortMsg(0), AbortMsg(42)])
+    to_backend, to_frontend = w.take_outputs()
+    assert [type(m).__name__ for m in to_backend] == ["AbortBackendMsg"] and to_backend[0].uid == 0, \
+        f"one abort reaches the scheduler (unknown and repeated aborts are ignored), got {to_backend}"
+    replies = [(type(r).__name__, r.uid, getattr(r, "finish_reason", None)) for r in to_frontend]
+    assert replies == [("UserReply", 0, "abort"), ("ErrorReply", 1, None)], f"replies {replies}"
+    assert feed(w, 0, [5, 6]) == [] and feed(w, 1, [5]) == [], "no stream is left open for either"
+
+
+# ---- the real processes --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def workers():
+    engine = dict(max_running_reqs=8, max_seq_len=256, cpu_kv_cache_mb=32)
+    with Workers(model_path("smollm2"), engine, dict(max_extend_tokens=32)) as w:
+        yield w
+
+
+def receive(w: Workers, until, timeout=60.0) -> list:
+    """Replies from the workers until until(replies) holds; a dead worker raises with its last error."""
+    replies: list = []
+    deadline = time.monotonic() + timeout
+    while not until(replies):
+        msg = w.replies.get(timeout=0.2)
+        if msg is not None:
+            replies += msg.data if isinstance(msg, BatchFrontendMsg) else [msg]
+        elif (dead := w.dead_worker()) is not None:
+            raise RuntimeError(dead)
+        elif time.monotonic() > deadline:
+            raise AssertionError(f"no complete answer in {timeout:.0f} s; got {replies}")
+    return replies
+
+
+def finished(uids):
+    return lambda rs: {r.uid for r in rs if getattr(r, "finished", True)} >= set(uids)
+
+
+def status(w: Workers) -> dict:
+    w.to_scheduler.put(GetStatusMsg(10**6))
+    return [r for r in receive(w, lambda rs: any(isinstance(r, StatusReply) for r in rs))
+            if isinstance(r, StatusReply)][0].status
+
+
+@pytest.mark.stubs(*IO_STUBS, *WORKER_STUBS)
+def test_processes_stream_hf_greedy_text_and_abort(workers):
+    tok = tokenizer("smollm2")
+    prompts = prompt_ids("smollm2", 3)
+    for uid, ids in enumerate(prompts):
+        workers.to_tokenizer.put(TokenizeMsg(uid, ids, SamplingParams(max_tokens=16)))
+    workers.to_tokenizer.put(TokenizeMsg(5, prompts[0], SamplingParams(max_tokens=200, ignore_eos=True)))
+    replies = receive(workers, lambda rs: any(r.uid == 5 for r in rs))
+    workers.to_tokenizer.put(AbortMsg(5))
+    replies += receive(workers, finished([0, 1, 2, 5]))
+    for uid, ids in enumerate(prompts):
+        want = hf_greedy("smollm2", ids, 16, stop_at_eos=True)
+        mine = [r for r in replies if r.uid == uid]
+        text = "".join(r.incremental_output for r in mine)
+        assert text == tok.decode(want, skip_special_tokens=True), f"request {uid}: {text!r}"
+        assert mine[-1].completion_tokens == len(want) and mine[-1].prompt_tokens == len(ids), f"usage {mine[-1]}"
+    last = [r for r in replies if r.uid == 5][-1]
+    assert last.finish_reason == "abort" and last.completion_tokens < 200, f"the aborted request ended with {last}"
+    deadline = time.monotonic() + 30
+    while (s := status(workers))["running"] or s["waiting"]:
+        assert time.monotonic() < deadline, f"the scheduler still holds requests: {s}"
+        time.sleep(0.2)
+    assert s.get("integrity_checked") == 1 and s["available_slots"] == s["total_slots"], \
+        f"after the abort every KV slot is free or cached again: {s}"
+
+
+@pytest.mark.stubs(*IO_STUBS, *WORKER_STUBS)
+def test_a_bad_frame_is_dropped_and_the_workers_go_on(workers):
+    for addr in (workers.addrs.backend, workers.addrs.tokenizer):
+        context = zmq.Context()
+        sock = context.socket(zmq.PUSH)
+        sock.connect(addr)
+        sock.send(b"\xc1 not msgpack")
+        sock.send(msgpack.packb({"__type__": "Nonsense", "__v__": 1}))
+        sock.close(linger=1000)
+        context.term()
+    workers.to_tokenizer.put(TokenizeMsg(20, "Hello", SamplingParams(max_tokens=3)))
+    replies = receive(workers, finished([20]))
+    assert workers.dead_worker() is None, "a bad frame must not kill a worker"
+    assert replies[-1].completion_tokens == 3, f"the next request is served: {replies[-1]}"
