@@ -15,11 +15,12 @@ import zmq
 from helpers import TEXTS, assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.message import (AbortBackendMsg, AbortMsg, BatchFrontendMsg, DetokenizeMsg, ErrorMsg, ErrorReply,
+from minisgl.message import (AbortBackendMsg, AbortMsg, BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ErrorMsg, ErrorReply,
                              ExitMsg, GetStatusMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
 from minisgl.scheduler.io import SchedulerIO
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import PendingReq
 from minisgl.server.launch import Workers
 from minisgl.tokenizer.server import TokenizerWorker
 
@@ -96,26 +97,55 @@ def test_messages_in_tokens_out_equal_hf_greedy(overlap):
     assert_all_free(io)
 
 
-@pytest.mark.stubs(*IO_STUBS)
-def test_eos_is_a_stop_and_refused_requests_get_an_error_message():
+def step_by_hand(io: SchedulerIO) -> None:
+    """The serving loop without run_forever: step until idle, sending each step's results."""
+    last = None
+    while True:
+        last = io.scheduler.overlap_step(last)
+        io.send_results()
+        if last is None and io.scheduler.idle:
+            return
+
+
+@pytest.mark.stubs("SchedulerIO.send_results")
+def test_each_token_is_sent_with_its_finish_reason():
     io = make_io("smollm2", max_seq_len=128)
     ids = prompt_ids("smollm2", 1)[0]
     want = hf_greedy("smollm2", ids, 60, stop_at_eos=True)
     assert len(want) < 60, "the fixture's chat answer ends with EOS before 60 tokens"
-    io.recv.items += [user_msg(0, ids, 60, ignore_eos=False), user_msg(1, ids, 128 - len(ids) + 1),
-                      user_msg(2, ids, 3), GetStatusMsg(9)]
-    run_until_idle(io)
+    for uid, (max_tokens, ignore_eos) in enumerate([(60, False), (3, False), (len(want) + 2, True)]):
+        io.scheduler.add_request(PendingReq(uid, torch.tensor(ids, dtype=torch.int32),
+                                            SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)))
+    step_by_hand(io)
     got = tokens_by_uid(io.send.sent)
     assert [m.next_token for m in got[0]] == want, "the EOS-ended answer equals HF greedy, EOS included"
-    assert got[0][-1].finish_reason == "stop", f"an EOS token ends with 'stop', got {got[0][-1].finish_reason!r}"
-    assert got[2][-1].finish_reason == "length", "max_tokens ends with 'length'"
-    errors = [m for m in io.send.sent if isinstance(m, ErrorMsg)]
+    reasons = [got[uid][-1].finish_reason for uid in range(3)]
+    assert reasons == ["stop", "length", "length"], \
+        f"EOS -> stop, max_tokens -> length, an ignored EOS is no stop: got {reasons}"
+    assert all(not m.finished and m.finish_reason is None for uid in range(3) for m in got[uid][:-1]), \
+        "only the last token of a request is marked finished (and has a reason)"
+    assert not io.scheduler.finished, "finished requests are sent, not kept: scheduler.finished must be empty"
+    assert_all_free(io)
+
+
+@pytest.mark.stubs("SchedulerIO.process_msg")
+def test_messages_queue_refuse_report_and_exit():
+    io = make_io(max_seq_len=64)
+    ids = prompt_ids("tiny-qwen3", 1)[0]
+    batch = BatchBackendMsg([user_msg(0, ids, 4), user_msg(1, ids, 64), BatchBackendMsg([user_msg(2, ids, 5)])])
+    for msg in (batch, GetStatusMsg(9), AbortBackendMsg(2), AbortBackendMsg(77)):
+        io.process_msg(msg)
+    waiting = [p.uid for p in io.scheduler.prefill_manager.pending]
+    assert waiting == [0], f"request 0 waits (1 is too long, 2 was aborted), the queue holds {waiting}"
+    errors = [m for m in io.outbox if isinstance(m, ErrorMsg)]
     assert [e.uid for e in errors] == [1] and "max_seq_len" in errors[0].message, \
         f"a request over the context is refused with an ErrorMsg naming the limit, got {errors}"
-    assert 1 not in got, "a refused request never runs"
-    status = [m for m in io.send.sent if isinstance(m, StatusMsg)]
-    assert len(status) == 1 and status[0].uid == 9 and status[0].status["total_slots"] == \
-        io.scheduler.cache_manager.num_slots, f"GetStatusMsg answers with the scheduler's counters, got {status}"
+    status = [m for m in io.outbox if isinstance(m, StatusMsg)]
+    assert len(status) == 1 and status[0].uid == 9 and status[0].status["waiting"] == 2 and \
+        status[0].status["total_slots"] == io.scheduler.cache_manager.num_slots, f"status: {status}"
+    io.process_msg(ExitMsg())
+    assert not io.running, "ExitMsg ends the loop"
+    io.scheduler.abort_all()
     assert_all_free(io)
 
 
@@ -163,11 +193,13 @@ def test_an_abort_frees_the_request_wherever_it_is(where, overlap):
 
 
 @pytest.mark.stubs(*IO_STUBS)
-def test_exit_ends_the_loop_and_aborts_nothing_silently():
+def test_exit_ends_the_loop_even_with_work_left():
     io = make_io()
     io.recv.items += [user_msg(0, prompt_ids("tiny-qwen3", 1)[0], 40), ExitMsg()]
-    io.run_forever(alive=lambda: True)  # must return: the ExitMsg ends it even with work left
+    io.run_forever(alive=lambda: True)  # must return: the ExitMsg ends it
     assert not io.running, "ExitMsg ends the loop"
+    io.scheduler.abort_all()
+    assert_all_free(io)
 
 
 # ---- the tokenizer process's logic, in-process ----------------------------------------------------------------
@@ -213,24 +245,23 @@ def test_tokenize_sends_ids_or_refuses():
     assert "empty" in errors[3] and "64" in errors[4] or "63" in errors[4], f"errors name the problem: {errors}"
 
 
-@pytest.mark.stubs("TokenizerWorker.tokenize", "TokenizerWorker.detokenize")
+@pytest.mark.stubs("TokenizerWorker.detokenize")
 def test_detokenize_streams_text_usage_and_reasons():
     tok = tokenizer("smollm2")
     ids = story_tokens()
     w = worker()
-    w.handle([TokenizeMsg(0, "Hello", SamplingParams(max_tokens=24))])
-    w.take_outputs()
+    w.open_stream(0, prompt_tokens=5)
     replies = feed(w, 0, ids)
     assert "".join(r.incremental_output for r in replies) == tok.decode(ids, skip_special_tokens=True), \
         "the streamed pieces add up to the decode of every token"
     assert [r.finished for r in replies].count(True) == 1 and replies[-1].finished, "one finished reply, the last"
     last = replies[-1]
-    assert (last.finish_reason, last.prompt_tokens, last.completion_tokens) == ("length", len(tok.encode("Hello")),
-                                                                                  len(ids)), f"usage {last}"
+    assert (last.finish_reason, last.prompt_tokens, last.completion_tokens) == ("length", 5, len(ids)), \
+        f"usage and reason of the last reply: {last}"
     assert feed(w, 0, [5]) == [], "a token after the stream ended is ignored (overlap sends one more)"
 
 
-@pytest.mark.stubs("TokenizerWorker.tokenize", "TokenizerWorker.detokenize")
+@pytest.mark.stubs("TokenizerWorker.detokenize")
 @pytest.mark.parametrize("kind", ["string", "token"])
 def test_a_stop_ends_the_text_and_aborts_the_scheduler_request(kind):
     tok = tokenizer("smollm2")
@@ -245,8 +276,7 @@ def test_a_stop_ends_the_text_and_aborts_the_scheduler_request(kind):
         extra = dict(stop_token_ids=[ids[k]])
         want = tok.decode(ids[:k], skip_special_tokens=True)
     w = worker()
-    w.handle([TokenizeMsg(0, "Hello", SamplingParams(max_tokens=24), **extra)])
-    w.take_outputs()
+    w.open_stream(0, 5, **extra)
     replies, aborts = [], []
     for t in ids:
         w.handle([DetokenizeMsg(0, t, False)])
@@ -259,11 +289,11 @@ def test_a_stop_ends_the_text_and_aborts_the_scheduler_request(kind):
     assert aborts == [0], f"the scheduler is told once to drop the request, got aborts for {aborts}"
 
 
-@pytest.mark.stubs("TokenizerWorker.tokenize", "TokenizerWorker.abort")
+@pytest.mark.stubs("TokenizerWorker.abort")
 def test_abort_and_scheduler_errors():
     w = worker()
-    w.handle([TokenizeMsg(0, "Hello", SamplingParams(max_tokens=9)), TokenizeMsg(1, "Hi", SamplingParams())])
-    w.take_outputs()
+    w.open_stream(0, 3)
+    w.open_stream(1, 2)
     w.handle([AbortMsg(0), ErrorMsg(1, "too long"), AbortMsg(0), AbortMsg(42)])
     to_backend, to_frontend = w.take_outputs()
     assert [type(m).__name__ for m in to_backend] == ["AbortBackendMsg"] and to_backend[0].uid == 0, \

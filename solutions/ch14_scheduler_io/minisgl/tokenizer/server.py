@@ -69,8 +69,8 @@ class TokenizerWorker:
         A prompt that cannot run is answered at once with an ErrorReply (the scheduler never sees it)."""
         # TODO(ch14): tokenize msg.text (a ValueError becomes ErrorReply(uid, message) to the front end); with
         #   msg.auto_max_tokens, set max_tokens to all the room left in max_seq_len; open the request's stream
-        #   (its stop strings and stop token ids), start its usage [prompt tokens, 0], and send a UserMsg (ids as
-        #   an int32 tensor) to the scheduler.
+        #   (open_stream, with its stop strings and stop token ids), and send a UserMsg (ids as an int32 tensor)
+        #   to the scheduler.
         # >>> solution
         try:
             ids = self.tokenize_manager.tokenize(msg.text)
@@ -80,10 +80,14 @@ class TokenizerWorker:
         params = msg.sampling_params
         if msg.auto_max_tokens:
             params.max_tokens = self.max_seq_len - len(ids)
-        self.detokenize_manager.add(msg.uid, msg.stop, msg.stop_token_ids)
-        self.usage[msg.uid] = [len(ids), 0]
+        self.open_stream(msg.uid, len(ids), msg.stop, msg.stop_token_ids)
         self.to_backend.append(UserMsg(msg.uid, torch.tensor(ids, dtype=torch.int32), params))
         # <<< solution
+
+    def open_stream(self, uid: int, prompt_tokens: int, stop: list[str] = (), stop_token_ids: list[int] = ()) -> None:
+        """Get ready for the request's tokens: its detokenizer (with its stops) and its usage counters."""
+        self.detokenize_manager.add(uid, stop, stop_token_ids)
+        self.usage[uid] = [prompt_tokens, 0]
 
     def detokenize(self, msg: DetokenizeMsg) -> None:
         """One generated token: the new text goes to the front end. A stream that ended on a stop string or stop
