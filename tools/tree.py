@@ -33,7 +33,6 @@ TODO_LINE = re.compile(r"^\s*# TODO\((ch\d\d)\):")
 PLANNED = {
     14: "scheduler I/O and aborts",
     15: "OpenAI-compatible server",
-    20: "mixture of experts",
     21: "mixed prefill + decode batches",
 }
 
