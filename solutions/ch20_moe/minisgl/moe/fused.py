@@ -20,8 +20,9 @@ def moe_align_block_size(ids: torch.Tensor, num_experts: int, block: int) -> tup
                    ids.numel() (no entry) up to a multiple of `block`; unused space after the last run too.
       expert_ids   [max_padded / block] int32: the expert of every block (-1 past the last run).
       num_padded   [1] int32: where the last run ends (the blocks at and after it hold nothing).
-    max_padded = ids.numel() + num_experts * (block - 1) is the most the padding can take, so every shape is
-    known before looking at the ids: nothing waits for the device (a CUDA graph can hold it).
+    max_padded = ids.numel() + num_experts * (block - 1), the most the padding can take, rounded up to whole
+    blocks: every shape is known before looking at the ids, so nothing waits for the device (a CUDA graph can
+    hold it).
     """
     # TODO(ch20): count each expert's entries (scatter_add_ of ones: torch.bincount would wait for the device),
     # round each count up to a multiple of block, and take cumulative sums to get each expert's padded start.
@@ -38,7 +39,7 @@ def moe_align_block_size(ids: torch.Tensor, num_experts: int, block: int) -> tup
     order = flat.argsort(stable=True)
     expert = flat[order]
     rank_in_expert = torch.arange(n, device=ids.device) - (counts.cumsum(0) - counts)[expert]
-    max_padded = n + num_experts * (block - 1)
+    max_padded = -(-(n + num_experts * (block - 1)) // block) * block
     sorted_ids = torch.full((max_padded,), n, dtype=torch.int32, device=ids.device)
     sorted_ids[(padded_end - padded)[expert] + rank_in_expert] = order.int()
     block_starts = torch.arange(0, max_padded, block, device=ids.device)
