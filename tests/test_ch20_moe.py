@@ -395,6 +395,26 @@ def test_tensor_parallel_moe_llm_matches_hf_greedy():
             assert out == hf_greedy(MODEL, ids, GREEDY.max_tokens), f"tp=2, call {c} prompt {i}: not HF greedy"
 
 
+# ----------------------------------------------------------------------------- the benchmark script
+@pytest.mark.stubs("select_experts", "moe_reference", "moe_grouped", *KERNEL_STUBS)
+def test_the_benchmark_runs_at_toy_size(tmp_path):
+    """The H200 benchmark's command on a CPU with --tiny: all three forms (Triton in its interpreter), checked
+    against the loop, written to JSON and a plot."""
+    import json
+
+    from minisgl.moe.bench import main as bench
+
+    assert bench(["--tiny", "--out", str(tmp_path), "--tokens", "1", "5"]) == 0
+    record = json.loads((tmp_path / "moe_bench.json").read_text())
+    assert record["methods"] == ["loop", "grouped", "fused"], record["methods"]
+    assert [r["tokens"] for r in record["rows"]] == [1, 5]
+    for row in record["rows"]:
+        for m in record["methods"]:
+            assert row[f"{m}_rel_err"] < 1e-5 and row[f"{m}_s"] > 0, (m, row)
+        assert row["flops"] == 2 * row["tokens"] * 2 * 3 * 64 * 32, "2 x tokens x top_k x 3 x hidden x inter"
+    assert (tmp_path / "moe_bench.png").stat().st_size > 0
+
+
 # ----------------------------------------------------------------------------- on a GPU (make test-gpu)
 @pytest.mark.gpu
 @pytest.mark.stubs(*ENGINE_STUBS[:1], *KERNEL_STUBS, "stack_expert_weights", "MoELayer.forward")
