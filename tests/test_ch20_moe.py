@@ -97,7 +97,7 @@ def test_config_reads_the_moe_fields():
                decoder_sparse_step=2)
     mc = ModelConfig.from_dict(cfg)
     assert (mc.num_experts, mc.num_experts_per_tok, mc.moe_intermediate_size, mc.norm_topk_prob) == (128, 8, 768, True)
-    assert mc.moe_layers == (1, 5), f"sparse layers: every 2nd (1, 3, 5) except mlp_only_layers [3]; got {mc.moe_layers}"
+    assert mc.moe_layers == (1, 5), f"sparse: every 2nd layer (1, 3, 5) but mlp_only_layers [3]; got {mc.moe_layers}"
     tiny = ModelConfig.from_path(model_path(MODEL))  # transformers 5 saves num_experts as num_local_experts
     assert (tiny.num_experts, tiny.num_experts_per_tok, tiny.moe_layers) == (8, 2, (0, 1)), tiny
     dense = ModelConfig.from_path(model_path("tiny-qwen3"))
@@ -171,7 +171,8 @@ def brute_layout(ids: torch.Tensor, experts: int, block: int) -> tuple[list[list
 
 @pytest.mark.anydevice
 @pytest.mark.stubs("moe_align_block_size")
-@pytest.mark.parametrize("tokens, experts, top_k, block", [(29, 8, 2, 4), (41, 8, 3, 16), (1, 16, 4, 16), (16, 4, 2, 8)])
+@pytest.mark.parametrize("tokens, experts, top_k, block",
+                         [(29, 8, 2, 4), (41, 8, 3, 16), (1, 16, 4, 16), (16, 4, 2, 8)])
 def test_align_lays_entries_out_by_expert_in_whole_blocks(tokens, experts, top_k, block):
     _, _, _, _, ids = moe_case(tokens, 8, 8, experts, top_k, seed=tokens, skew=tokens == 41)
     sorted_ids, expert_ids, num_padded = moe_align_block_size(ids.to(DEVICE), experts, block)
@@ -223,7 +224,8 @@ def test_grouped_gemm_kernel_equals_float64(tokens, hidden, inter, experts, top_
     entry_rows = x.double()[torch.arange(tokens * top_k) // top_k]
     want = torch.einsum("nk,nok->no", entry_rows, w_gate_up.double()[ids.flatten()])
     assert gate_up.dtype == dtype and tuple(gate_up.shape) == (tokens * top_k, 2 * inter), tuple(gate_up.shape)
-    assert rel_err(gate_up, want) < tol, f"{dtype}: entry e reads token e // top_k: rel error {rel_err(gate_up, want):.2e}"
+    err = rel_err(gate_up, want)
+    assert err < tol, f"{dtype}: entry e must read token e // top_k: rel error {err:.2e}"
     # The second projection's form: one input row per entry, each output row scaled by its routing weight.
     scaled = grouped_gemm(xd[:, :hidden].repeat_interleave(top_k, 0).contiguous(), wd, *layout, rows_per_input=1,
                           block_m=block, route_weights=weights.flatten().to(DEVICE), out_dtype=torch.float32)

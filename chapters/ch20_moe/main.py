@@ -61,7 +61,8 @@ def generate_matches_hf(path, tok) -> bool:
                         pad_token_id=hf.config.pad_token_id)[0, len(ids):].tolist() for ids in prompts]
     ok = True
     for tp in (1, 2):
-        llm = LLM(path, tp_size=tp, device=DEVICE, dtype="float32", max_running_reqs=4, max_seq_len=128, page_size=2, max_extend_tokens=8)
+        llm = LLM(path, tp_size=tp, device=DEVICE, dtype="float32", max_running_reqs=4, max_seq_len=128,
+                  page_size=2, max_extend_tokens=8)
         t0 = time.perf_counter()
         outs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
         same = [o["token_ids"] == w for o, w in zip(outs, want)]

@@ -14,7 +14,8 @@ def close(a, b, tol=1e-9):
 def check(got, want):
     assert len(got) == len(want), f"{len(got)} tokens, want {len(want)}"
     for t, (g, w) in enumerate(zip(got, want)):
-        assert [e for e, _ in g] == [e for e, _ in w], f"token {t}: experts {[e for e, _ in g]}, want {[e for e, _ in w]}"
+        got_experts, want_experts = [e for e, _ in g], [e for e, _ in w]
+        assert got_experts == want_experts, f"token {t}: experts {got_experts}, want {want_experts}"
         for (e, gw), (_, ww) in zip(g, w):
             assert close(gw, ww), f"token {t}, expert {e}: weight {gw}, want {ww}"
 

@@ -11,8 +11,8 @@ import torch
 from minisgl.kernel.torch_ops import silu_and_mul
 
 
-def moe_align_block_size(ids: torch.Tensor, num_experts: int, block: int) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                    torch.Tensor]:
+def moe_align_block_size(ids: torch.Tensor, num_experts: int,
+                         block: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Lay the entries of ids (entry i = token i // top_k's (i % top_k)-th expert) out by expert, in blocks.
 
     Returns
