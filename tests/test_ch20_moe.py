@@ -333,6 +333,17 @@ def test_moe_layer_routes_and_sums_over_ranks(tp):
     assert rel_err(results[0], want) < 1e-5, f"MoE layer on {tp} rank(s) vs float64: {rel_err(results[0], want):.2e}"
 
 
+@pytest.mark.stubs("MoELayer.forward")
+def test_moe_layer_honours_renormalize():
+    x, w_gate_up, w_down, logits = layer_inputs()
+    layer = MoELayer(EXPERTS, TOP_K, HIDDEN, INTER, renormalize=False)
+    layer.gate_up_proj, layer.down_proj = w_gate_up, w_down
+    weights, ids = softmax_topk64(logits, TOP_K, renormalize=False)
+    want = moe64(x, w_gate_up, w_down, weights, ids)
+    got = layer(x, logits)
+    assert rel_err(got, want) < 1e-5, f"renormalize=False: the kept probabilities as they are ({rel_err(got, want):.2e})"
+
+
 def test_moe_layer_refuses_what_cannot_work():
     with pytest.raises(ValueError, match="top_k"):
         MoELayer(4, 5, HIDDEN, INTER, renormalize=True)
