@@ -25,6 +25,10 @@ def run_experts(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, 
         from minisgl.moe.fused import fused_moe  # imports triton
 
         return fused_moe(x, w_gate_up, w_down, weights, ids)
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        # moe_grouped copies the expert counts to the host, which a CUDA graph cannot hold.
+        raise RuntimeError("the torch MoE path cannot be captured in a CUDA graph: use the fused kernel "
+                           "(MINISGL_FUSED_KERNELS=auto or on) or turn CUDA graphs off (cuda_graph_max_bs=0)")
     return moe_grouped(x, w_gate_up, w_down, weights, ids)
 
 
