@@ -7,6 +7,7 @@ MINE    ?=
 V       ?=
 ARGS    ?=
 TP      ?=
+PORT    ?= 8000
 # Install stamps name the Python too: a new .venv gets its own packages.
 DEPS    := build/.deps-$(shell { echo '$(PY)'; cat requirements.txt; } | cksum | cut -d' ' -f1)
 LABDEPS := build/.lab-deps-$(shell { echo '$(PY)'; cat requirements-lab.txt; } | cksum | cut -d' ' -f1)
@@ -16,7 +17,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
+.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -47,6 +48,9 @@ ifeq ($(CH),)
 else
 	$(COURSE) run $(CH) $(FLAGS) $(ARGS)
 endif
+
+serve: deps  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags)
+	$(COURSE) serve $(if $(CH),--ch $(CH)) $(if $(SOL),--sol) $(if $(MINE),--mine) --host 127.0.0.1 --port $(PORT) $(ARGS)
 
 check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
 	$(COURSE) check $(CH) $(FLAGS)
