@@ -121,5 +121,29 @@ bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.report $(BENCH_OUT) \
 		--png $(BENCH_DIR)/bench.png --md $(BENCH_DIR)/table.md
 
+# Chapter 22's online benchmark: a server started on the model, loaded at several request rates by a streaming
+# client. On a CPU: SmolLM2, a few short requests; on a GPU: the random Qwen3-0.6B-shaped model, more and longer
+# ones. BENCH_SERVE_ARGS come last and override any of these (python -m minisgl.benchmark.online --help).
+BENCH_SERVE_ARGS ?=
+BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --min-len 8 --max-input-len 64 \
+	--max-output-len 16 --slo-ttft 2 --slo-tpot 0.5 \
+	--server-args "--max-running-reqs 16 --max-seq-len 256 --cpu-kv-cache-mb 64"
+BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 4,16,64,inf --min-len 100 --max-input-len 1024 \
+	--max-output-len 512 --slo-ttft 1 --slo-tpot 0.05 \
+	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384"
+
+bench-serve: deps  ## chapter 22's online benchmark (server + streaming client at several request rates; BENCH_SERVE_ARGS more options)
+	@tree="$$($(FINAL_TREE))"; export PYTHONPATH="$$tree:.:$$PYTHONPATH"; \
+	if $(PY) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
+		$(PY) -c 'from minisgl.benchmark.random_model import make_model; make_model("$(BENCH_MODEL)")' && \
+		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_GPU) --out $(BENCH_DIR)/online.json \
+			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
+	else \
+		export MINISGL_CPU_THREADS="$${MINISGL_CPU_THREADS:-$$($(PY) -c 'from tools.course import cpu_threads; print(cpu_threads())')}"; \
+		$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")' && \
+		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_CPU) --out $(BENCH_DIR)/online.json \
+			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
+	fi
+
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor
