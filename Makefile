@@ -132,7 +132,7 @@ BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 4,16,64,in
 	--max-output-len 512 --slo-ttft 1 --slo-tpot 0.05 \
 	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384"
 
-bench-serve: deps  ## chapter 22's online benchmark (server + streaming client at several request rates; BENCH_SERVE_ARGS more options)
+bench-serve:  ## chapter 22's online benchmark (server + streaming client at several request rates; BENCH_SERVE_ARGS more options)
 	@tree="$$($(FINAL_TREE))"; export PYTHONPATH="$$tree:.:$$PYTHONPATH"; \
 	if $(PY) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
 		$(PY) -c 'from minisgl.benchmark.random_model import make_model; make_model("$(BENCH_MODEL)")' && \
