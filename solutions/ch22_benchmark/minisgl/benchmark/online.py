@@ -90,7 +90,7 @@ def arrival_offsets(num: int, rate: float, seed: int) -> list[float]:
         return [0.0] * num
     rng = random.Random(seed)
     offsets, t = [], 0.0
-    for i in range(num):
+    for _ in range(num):
         offsets.append(t)
         t += rng.expovariate(rate)
     return offsets
