@@ -7,6 +7,7 @@ MINE    ?=
 V       ?=
 ARGS    ?=
 TP      ?=
+PORT    ?= 8000
 # Install stamps name the Python too: a new .venv gets its own packages.
 DEPS    := build/.deps-$(shell { echo '$(PY)'; cat requirements.txt; } | cksum | cut -d' ' -f1)
 LABDEPS := build/.lab-deps-$(shell { echo '$(PY)'; cat requirements-lab.txt; } | cksum | cut -d' ' -f1)
@@ -16,7 +17,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
+.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -47,6 +48,9 @@ ifeq ($(CH),)
 else
 	$(COURSE) run $(CH) $(FLAGS) $(ARGS)
 endif
+
+serve: deps  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags)
+	$(COURSE) serve $(if $(CH),--ch $(CH)) $(if $(SOL),--sol) $(if $(MINE),--mine) --host 127.0.0.1 --port $(PORT) $(ARGS)
 
 check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
 	$(COURSE) check $(CH) $(FLAGS)
@@ -117,6 +121,30 @@ bench:  ## (GPU) chapter 22's benchmark, then its table and plot (SYSTEMS="ours 
 bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several files merge: BENCH_OUT="a.json b.json")
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.report $(BENCH_OUT) \
 		--png $(BENCH_DIR)/bench.png --md $(BENCH_DIR)/table.md
+
+# Chapter 22's online benchmark: a server started on the model, loaded at several request rates by a streaming
+# client. On a CPU: SmolLM2, a few short requests; on a GPU: the random Qwen3-0.6B-shaped model, more and longer
+# ones. BENCH_SERVE_ARGS come last and override any of these (python -m minisgl.benchmark.online --help).
+BENCH_SERVE_ARGS ?=
+BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --min-len 8 --max-input-len 64 \
+	--max-output-len 16 --slo-ttft 2 --slo-tpot 0.5 \
+	--server-args "--max-running-reqs 16 --max-seq-len 256 --cpu-kv-cache-mb 64"
+BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 4,16,64,inf --min-len 100 --max-input-len 1024 \
+	--max-output-len 512 --slo-ttft 1 --slo-tpot 0.05 \
+	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384"
+
+bench-serve:  ## chapter 22's online benchmark (server + streaming client at several request rates; BENCH_SERVE_ARGS more options)
+	@tree="$$($(FINAL_TREE))"; export PYTHONPATH="$$tree:.:$$PYTHONPATH"; \
+	if $(PY) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
+		$(PY) -c 'from minisgl.benchmark.random_model import make_model; make_model("$(BENCH_MODEL)")' && \
+		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_GPU) --out $(BENCH_DIR)/online.json \
+			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
+	else \
+		export MINISGL_CPU_THREADS="$${MINISGL_CPU_THREADS:-$$($(PY) -c 'from tools.course import cpu_threads; print(cpu_threads())')}"; \
+		$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")' && \
+		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_CPU) --out $(BENCH_DIR)/online.json \
+			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
+	fi
 
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor

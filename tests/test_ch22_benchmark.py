@@ -1,6 +1,7 @@
 """Chapter 22: benchmarking. The workload against the numbers nano-vllm published, the metrics and the roofline
 byte counts against independent brute-force computations (Hugging Face's own parameters and KV cache), the
-quick CPU benchmark end to end (JSON, table, PNG), and our engine's outputs under the benchmark driver."""
+quick CPU benchmark end to end (JSON, table, PNG), our engine's outputs under the benchmark driver, and the online
+client against a real server (every statistic recomputed from the request times it recorded)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import os
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -311,6 +313,96 @@ def test_report_judges_the_targets_from_hand_made_records(tmp_path):
     assert "**partial**: 120 of 256 requests" in md
     path = report.plot(records, tmp_path / "p.png")
     assert path.stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------------------------- online
+def _online():
+    pytest.importorskip("httpx", reason="the online client needs httpx (requirements.txt)")
+    from minisgl.benchmark import online
+
+    return online
+
+
+def test_online_rates_arrivals_and_percentiles():
+    online = _online()
+    assert online.parse_rates("2, 4,inf") == [2.0, 4.0, math.inf]
+    for bad in ("", "0", "2,-1", "x"):
+        with pytest.raises(ValueError):
+            online.parse_rates(bad)
+    assert online.arrival_offsets(5, math.inf, seed=0) == [0.0] * 5, "rate inf: all at once"
+    offsets = online.arrival_offsets(20000, 4.0, seed=3)
+    gaps = [b - a for a, b in zip(offsets, offsets[1:])]
+    assert offsets[0] == 0.0 and min(gaps) >= 0, "the first request at 0, then in order"
+    mean = sum(gaps) / len(gaps)
+    sd = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps))
+    # exponential gaps of rate 4: mean and standard deviation 0.25 (20k samples: within 3% with a huge margin)
+    assert abs(mean - 0.25) < 0.0075 and abs(sd - 0.25) < 0.0075, f"not a Poisson process of rate 4: {mean}, {sd}"
+    rng = random.Random(5)
+    for n in (1, 2, 3, 10, 101):
+        values = [rng.uniform(0, 1) for _ in range(n)]
+        for q in (50, 90, 99):
+            assert math.isclose(online.percentile(values, q), float(np.percentile(values, q)), rel_tol=1e-12), (n, q)
+    assert online.percentile([], 50) is None
+
+
+ONLINE_SERVER = "--max-seq-len 64 --max-running-reqs 8 --cpu-kv-cache-mb 8"
+ONLINE_WORKLOAD = {"num_seqs": 8, "min_len": 4, "max_input_len": 16, "max_output_len": 8}
+
+
+@pytest.mark.stubs("nano_vllm_workload")
+def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
+    online = _online()
+    out, png = tmp_path / "online.json", tmp_path / "online.png"
+    w = ONLINE_WORKLOAD
+    code = online.main(["--model", str(tiny_qwen3), "--server-args", ONLINE_SERVER, "--rates", "8,inf",
+                        "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
+                        "--max-input-len", str(w["max_input_len"]), "--max-output-len", str(w["max_output_len"]),
+                        "--out", str(out), "--png", str(png)])
+    result = json.loads(out.read_text())
+    assert code == 0, f"the benchmark failed: {[r['summary'] for r in result['runs']]}"
+    server = result["server"]
+    assert server["exit_code"] == 0 and not server["left_behind"], f"the server did not stop cleanly: {server}"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(server["pid"], 0)  # nothing of the server's process group is left
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    vocab = json.loads((tiny_qwen3 / "config.json").read_text())["vocab_size"]
+    workload = nano_vllm_workload(**w, max_token_id=vocab - 1)
+    assert [r["rate"] for r in result["runs"]] == ["8", "inf"]
+    for run in result["runs"]:
+        recs, summary = sorted(run["requests"], key=lambda r: r["index"]), run["summary"]
+        assert len(recs) == len(workload) and all(r["error"] is None for r in recs), f"rate {run['rate']}: {recs}"
+        for r, (ids, n) in zip(recs, workload):
+            got = (r["finish_reason"], r["output_tokens"], r["prompt_tokens"], r["input_len"])
+            assert got == ("length", n, len(ids), len(ids)), f"request {r['index']} (ignore_eos, {n} tokens): {got}"
+            times = [r["start_s"], *r["chunk_s"], r["finish_s"], r["end_s"]]
+            assert all(a <= b for a, b in zip(times, times[1:])), f"request {r['index']}: times out of order {times}"
+            assert 1 <= len(r["chunk_s"]) <= n and r["start_s"] >= r["scheduled_s"] - 1e-3, r
+        scheduled = [r["scheduled_s"] for r in recs]
+        if run["rate"] == "inf":
+            assert scheduled == [0.0] * len(recs)
+        else:
+            assert scheduled[0] == 0.0 and all(a < b for a, b in zip(scheduled, scheduled[1:])), scheduled
+        # Every statistic again, from the recorded times alone.
+        ttft = [r["chunk_s"][0] - r["start_s"] for r in recs]
+        tpot = [(r["finish_s"] - r["chunk_s"][0]) / (r["output_tokens"] - 1) for r in recs if r["output_tokens"] > 1]
+        itl = [b - a for r in recs for a, b in zip(r["chunk_s"], r["chunk_s"][1:])]
+        e2e = [r["end_s"] - r["start_s"] for r in recs]
+        for key, values in (("ttft_s", ttft), ("tpot_s", tpot), ("itl_s", itl), ("e2e_s", e2e)):
+            want = np.percentile(values, [50, 90, 99])
+            got = [summary[key][f"p{q}"] for q in (50, 90, 99)]
+            assert np.allclose(got, want, rtol=1e-9, atol=1e-12), f"rate {run['rate']} {key}: {got} vs {want}"
+            assert got[0] <= got[1] <= got[2], f"{key} percentiles out of order: {got}"
+        duration = max(r["end_s"] for r in recs)
+        tokens = sum(n for _, n in workload)
+        assert math.isclose(summary["duration_s"], duration) and summary["output_tokens"] == tokens
+        assert math.isclose(summary["output_tok_s"], tokens / duration)
+        assert math.isclose(summary["request_throughput"], len(recs) / duration)
+        # Goodput under an SLO that splits these requests: TTFT at most their median.
+        median = sorted(ttft)[len(ttft) // 2]
+        metered = [{**r, "ttft_s": a, "tpot_s": None} for r, a in zip(recs, ttft)]
+        split = online.summarize_run(metered, slo_ttft=median, slo_tpot=None)
+        good = sum(a <= median for a in ttft)
+        assert split["good_requests"] == good and math.isclose(split["goodput"], good / duration), split
 
 
 # ----------------------------------------------------------------------------------------------- GPU only

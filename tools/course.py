@@ -355,6 +355,30 @@ def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int
     os.execve(sys.executable, cmd, env)
 
 
+# ----------------------------------------------------------------------------- serve
+SERVER_CHAPTER = 15  # the first chapter whose tree has `python -m minisgl.server`
+
+
+def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = None) -> int:
+    """The OpenAI-compatible server (and its chat page) on $MODEL, default the bundled SmolLM2, with chapter n's
+    tree importable (no n: the final reference tree). This process becomes the server: Ctrl-C stops it and its
+    workers."""
+    from tools.models import model_path_from_env
+
+    if n is not None and n < SERVER_CHAPTER:
+        raise ValueError(f"chapter {n}'s tree has no server: it arrives in chapter {SERVER_CHAPTER} "
+                         f"(make serve CH={SERVER_CHAPTER} or later, or no CH for the finished engine)")
+    check_model_env()
+    tree = assemble(all_chapters()[-1].number if n is None else n,
+                    "ref" if sol or n is None else ("mine" if mine else "learner"))
+    model = model_path_from_env()
+    env = tree_env(tree)
+    print(f"== the server on {_shown(tree)}, model {_shown(model)}, {threads_note(env)}", flush=True)
+    cmd = [sys.executable, "-m", "minisgl.server", "--model", str(model), *(args or [])]
+    os.chdir(ROOT)
+    os.execve(sys.executable, cmd, env)
+
+
 EXAMPLES = ROOT / "examples"
 OUTPUTS = ROOT / "docs" / "outputs"
 IMAGES = ROOT / "docs" / "assets" / "images"
@@ -510,8 +534,15 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("outputs").add_argument("only", nargs="*", help="output names (default: all)")
     ex = sub.add_parser("example")
     ex.add_argument("name")
+    # Every option the server takes passes through, so the chapter is an option too (a bare number would be
+    # taken for the chapter) and no prefix of a server flag is read as one of these.
+    serve = sub.add_parser("serve", allow_abbrev=False)
+    serve.add_argument("--ch", type=int, default=None, help="the chapter whose tree serves (default: the final "
+                       "reference)")
+    serve.add_argument("--sol", action="store_true", help="the reference tree of chapter CH")
+    serve.add_argument("--mine", action="store_true", help="your files of every chapter <= CH")
     a, rest = ap.parse_known_args(argv)
-    if rest and a.cmd not in ("run", "example", "lab"):
+    if rest and a.cmd not in ("run", "example", "lab", "serve"):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if a.cmd == "progress":
@@ -530,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(a.ch, a.sol, a.mine, args=rest)
         if a.cmd == "lab":
             return cmd_lab(a.ch, a.sol, a.mine, args=rest)
+        if a.cmd == "serve":
+            return cmd_serve(a.ch, a.sol, a.mine, args=rest)
         if a.cmd == "diff":
             return cmd_diff(a.ch)
         if a.cmd == "reset":

@@ -126,6 +126,17 @@ def test_missing_model_is_one_line_at_once():
     assert elapsed < 15, f"the check took {elapsed:.1f} s: it must not wait for torch in a child process"
 
 
+def test_serve_refuses_a_tree_without_a_server_and_a_missing_model_at_once():
+    early = _course("serve", "--ch", "3", "--port", "1")
+    assert early.returncode == 2 and early.stderr.strip().splitlines() == [
+        "error: chapter 3's tree has no server: it arrives in chapter 15 (make serve CH=15 or later, or no CH for "
+        "the finished engine)"], f"exit code {early.returncode}: {early.stdout}{early.stderr}"
+    proc = _course("serve", "--max-running-reqs", "4", MODEL="/nonexistent/model")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, smollm2)"
+    ], f"server flags pass through, and a bad MODEL is one line: {proc.stdout}{proc.stderr}"
+
+
 # ----------------------------------------------------------------------------- reset / restore, sync check
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):

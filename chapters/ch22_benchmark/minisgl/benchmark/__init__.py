@@ -1,4 +1,4 @@
-"""Benchmarking and profiling (chapter 22): the offline throughput benchmark of design section 8.
+"""Benchmarking and profiling (chapter 22): the offline throughput benchmark of design section 8, and an online one.
 
     workload.py      the nano-vllm workload (256 random prompts, seed 0) and smaller versions of it
     metrics.py       TTFT, TPOT and output tokens/s from per-token timestamps
@@ -8,4 +8,5 @@
     systems.py       the systems under test: our engine in several configurations, Hugging Face generate
     bench.py         the command line: run systems, append results to a JSON file
     report.py        the results as a PNG bar chart and a markdown table
+    online.py        the online benchmark: a streaming HTTP client with Poisson arrivals against the server
 """

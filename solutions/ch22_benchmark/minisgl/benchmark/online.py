@@ -1,0 +1,474 @@
+"""python -m minisgl.benchmark.online: the online benchmark, a client that loads a running server as users would.
+
+    python -m minisgl.benchmark.online --model models/smollm2 --rates 2,inf --num-requests 16 --out online.json
+    python -m minisgl.benchmark.online --url http://127.0.0.1:8000 --rates 1,4,16 --png online.png
+
+The offline benchmark (bench.py) hands every request to the engine at once and measures throughput. A server
+is used differently: requests arrive over time, each streams its tokens back over HTTP, and what a user feels is
+how long the first token takes and how fast the rest follow. This client sends N requests whose arrival times
+form a Poisson process of a given rate (exponential gaps of mean 1/rate; `inf` sends them all at once), streams
+each one (server-sent events) and records, per request, when it was sent, when every chunk of text arrived and
+when it ended. From those times, for every rate:
+
+    TTFT   time to first token    = first chunk - sent
+    ITL    inter-token latency    = the gap between two consecutive chunks (a token whose text is held back,
+                                    an incomplete character or a possible stop string, arrives with the next)
+    TPOT   time per output token  = (last token - first chunk) / (output tokens - 1), output tokens from usage
+    E2E    end-to-end latency     = end of the stream - sent
+    throughput                    = completed requests (and their output tokens) / the run's duration
+    goodput                       = requests that met the SLOs (TTFT and TPOT within --slo-ttft, --slo-tpot)
+                                    / the run's duration
+
+With --model it starts `python -m minisgl.server` on a free port of 127.0.0.1 and stops it at the end (no
+process is left behind); with --url it uses a server that runs already. Prompts are token ids drawn like the
+offline workload's (workload.py) and sent to /v1/completions; --api chat sends text to /v1/chat/completions.
+Writes every request's times to a JSON file and, with --png, a plot of the percentiles against the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+from minisgl.benchmark.workload import nano_vllm_workload
+
+PERCENTILES = (50, 90, 99)
+PLAIN_CHUNK = re.compile(rb'"finish_reason":\s*null')  # an event that carries text only (one choice a request)
+WORDS = ("the cache holds keys and values of every token that came before so a new token reads them instead "
+         "of computing them again while the scheduler decides which requests run in the next batch").split()
+
+
+@dataclass
+class RequestSpec:
+    index: int
+    prompt: list[int] | str  # token ids (completions) or text (chat)
+    max_tokens: int
+
+
+# ----------------------------------------------------------------------------------------------- workload
+def parse_rates(text: str) -> list[float]:
+    """"2,4,inf" -> [2.0, 4.0, inf]: requests per second, inf for all at once."""
+    rates = [float(part) for part in text.split(",") if part.strip()]
+    if not rates or any(not r > 0 for r in rates):
+        raise ValueError(f"--rates needs positive numbers or inf, got {text!r}")
+    return rates
+
+
+def make_requests(api: str, num: int, min_len: int, max_input_len: int, max_output_len: int, max_token_id: int,
+                  seed: int) -> list[RequestSpec]:
+    """The offline benchmark's kind of workload, smaller: random prompts and output lengths (EOS is ignored).
+    For chat, the prompt is that many random words instead of token ids."""
+    workload = nano_vllm_workload(num_seqs=num, min_len=min_len, max_input_len=max_input_len,
+                                  max_output_len=max_output_len, max_token_id=max_token_id, seed=seed)
+    if api == "completions":
+        return [RequestSpec(i, ids, n) for i, (ids, n) in enumerate(workload)]
+    rng = random.Random(seed)
+    return [RequestSpec(i, " ".join(rng.choice(WORDS) for _ in ids), n) for i, (ids, n) in enumerate(workload)]
+
+
+def arrival_offsets(num: int, rate: float, seed: int) -> list[float]:
+    """When each request is sent, in seconds after the start: a Poisson process (the first at 0)."""
+    if math.isinf(rate):
+        return [0.0] * num
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for _ in range(num):
+        offsets.append(t)
+        t += rng.expovariate(rate)
+    return offsets
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile with linear interpolation between the closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def request_metrics(rec: dict) -> dict:
+    """TTFT, TPOT, E2E (seconds; None where undefined) and the inter-token gaps of one finished request."""
+    chunks = rec["chunk_s"]
+    n = rec["output_tokens"] or 0
+    ttft = chunks[0] - rec["start_s"] if chunks else None
+    tpot = (rec["finish_s"] - chunks[0]) / (n - 1) if chunks and n >= 2 else None
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": rec["end_s"] - rec["start_s"],
+            "itl_s": [b - a for a, b in zip(chunks, chunks[1:])]}
+
+
+def distribution(values: list[float]) -> dict:
+    out = {f"p{q}": percentile(values, q) for q in PERCENTILES}
+    out["mean"] = sum(values) / len(values) if values else None
+    return out
+
+
+def summarize_run(records: list[dict], slo_ttft: float | None, slo_tpot: float | None) -> dict:
+    """Percentiles, throughput and goodput of one rate's requests (each carrying request_metrics)."""
+    done = [r for r in records if r["error"] is None]
+    duration = max(r["end_s"] for r in records)  # from the run's start to the last request's end
+
+    def meets(r: dict) -> bool:
+        return ((slo_ttft is None or (r["ttft_s"] is not None and r["ttft_s"] <= slo_ttft))
+                and (slo_tpot is None or r["tpot_s"] is None or r["tpot_s"] <= slo_tpot))
+
+    good = [r for r in done if meets(r)]
+    output = sum(r["output_tokens"] for r in done)
+    return {"requests": len(records), "completed": len(done), "failed": len(records) - len(done),
+            "duration_s": duration, "output_tokens": output,
+            "prompt_tokens": sum(r["prompt_tokens"] for r in done),
+            "request_throughput": len(done) / duration, "output_tok_s": output / duration,
+            "good_requests": len(good), "goodput": len(good) / duration, "slo_attainment": len(good) / len(records),
+            "ttft_s": distribution([r["ttft_s"] for r in done if r["ttft_s"] is not None]),
+            "tpot_s": distribution([r["tpot_s"] for r in done if r["tpot_s"] is not None]),
+            "itl_s": distribution([gap for r in done for gap in r["itl_s"]]),
+            "e2e_s": distribution([r["e2e_s"] for r in done])}
+
+
+# ----------------------------------------------------------------------------------------------- the client
+class Client:
+    """Sends the requests of one run and streams their answers."""
+
+    def __init__(self, url: str, api: str, model: str, api_key: str | None = None) -> None:
+        self.endpoint = f"{url}/v1/{'chat/completions' if api == 'chat' else 'completions'}"
+        self.api, self.model = api, model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def body(self, spec: RequestSpec) -> dict:
+        prompt = ({"messages": [{"role": "user", "content": spec.prompt}]} if self.api == "chat"
+                  else {"prompt": spec.prompt})
+        return {"model": self.model, **prompt, "max_tokens": spec.max_tokens, "temperature": 0, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+
+    async def send(self, http: httpx.AsyncClient, spec: RequestSpec, offset: float, t0: float) -> dict:
+        """Wait until the request's arrival time, send it, and record when each piece of its answer came."""
+        await asyncio.sleep(max(0.0, t0 + offset - time.perf_counter()))
+        rec = {"index": spec.index, "scheduled_s": offset, "start_s": time.perf_counter() - t0, "chunk_s": [],
+               "finish_s": None, "end_s": None, "input_len": len(spec.prompt) if self.api == "completions" else None,
+               "max_tokens": spec.max_tokens, "prompt_tokens": None, "output_tokens": None, "finish_reason": None,
+               "error": None}
+        try:
+            async with http.stream("POST", self.endpoint, json=self.body(spec), headers=self.headers) as resp:
+                if resp.status_code != 200:
+                    rec["error"] = f"HTTP {resp.status_code}: {(await resp.aread()).decode(errors='replace')[:300]}"
+                else:
+                    await self._read_events(resp, rec, t0)
+        except httpx.HTTPError as e:
+            rec["error"] = f"{type(e).__name__}: {e}"
+        rec["end_s"] = time.perf_counter() - t0
+        if rec["error"] is None and (rec["finish_reason"] is None or rec["output_tokens"] is None):
+            rec["error"] = "the stream ended without a finish reason and usage"
+        return rec
+
+    @staticmethod
+    async def _read_events(resp: httpx.Response, rec: dict, t0: float) -> None:
+        """Read the server-sent events as they come; every event of one read gets the time of that read."""
+        buffer = b""
+        async for data in resp.aiter_bytes():
+            now = time.perf_counter() - t0
+            *events, buffer = (buffer + data).split(b"\n\n")
+            for event in events:
+                if Client._take_event(event.strip(), rec, now):
+                    return
+
+    @staticmethod
+    def _take_event(event: bytes, rec: dict, now: float) -> bool:
+        """Record one event; True once the stream is over ([DONE] or an error)."""
+        if not event.startswith(b"data: "):
+            return False
+        data = event[len(b"data: "):]
+        if data == b"[DONE]":
+            return True
+        if PLAIN_CHUNK.search(data) and b'"usage"' not in data and b'"error"' not in data:
+            rec["chunk_s"].append(now)  # the common case, a piece of text: no need to parse it (cheap at 10k/s)
+            return False
+        event = json.loads(data)
+        if "error" in event:
+            rec["error"] = f"error event: {event['error'].get('message')}"
+            return True
+        if event.get("usage"):
+            rec["prompt_tokens"] = event["usage"]["prompt_tokens"]
+            rec["output_tokens"] = event["usage"]["completion_tokens"]
+        for choice in event["choices"]:
+            if choice.get("finish_reason") is None:
+                rec["chunk_s"].append(now)  # a piece of text (the first chunk even when it is empty)
+            else:
+                rec["finish_s"], rec["finish_reason"] = now, choice["finish_reason"]
+        return False
+
+    async def run(self, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool) -> list[dict]:
+        from tqdm import tqdm
+
+        # No cap on connections: a request that waited for a free connection would charge the client's queue
+        # to the server's TTFT.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30), limits=limits) as http:
+            with tqdm(total=len(specs), desc=f"rate {label}", unit="req", disable=quiet, leave=False) as bar:
+                t0 = time.perf_counter()
+
+                async def one(spec: RequestSpec, offset: float) -> dict:
+                    rec = await self.send(http, spec, offset, t0)
+                    bar.update()
+                    return rec
+
+                return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
+
+
+# ----------------------------------------------------------------------------------------------- the server
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited while starting (exit code {proc.returncode})")
+        try:
+            if httpx.get(f"{url}/health", timeout=10).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} was not healthy after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@contextmanager
+def local_server(model: Path, server_args: list[str], timeout: float, info: dict) -> Iterator[str]:
+    """`python -m minisgl.server` on a free port; yields its URL. The server gets a process group of its own, so
+    that on the way out (Ctrl-C included) it and its workers are stopped: SIGINT first (the server stops its
+    workers), SIGKILL for whatever is left after a grace period. info["left_behind"] says if anything was."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "minisgl.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+           *server_args]
+    print(f"== starting {shlex.join(cmd[1:])}", flush=True)
+    proc = subprocess.Popen(cmd, start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    info.update(pid=proc.pid, command=cmd[1:])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc, timeout)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        deadline = time.monotonic() + 10
+        while group_alive(proc.pid) and time.monotonic() < deadline:  # its workers, on their way out
+            time.sleep(0.1)
+        info["left_behind"] = group_alive(proc.pid)
+        if info["left_behind"]:
+            os.killpg(proc.pid, signal.SIGKILL)
+        info["exit_code"] = proc.returncode
+
+
+@contextmanager
+def target(args: argparse.Namespace, info: dict) -> Iterator[str]:
+    if args.url:
+        wait_healthy(args.url.rstrip("/"), None, 30)
+        yield args.url.rstrip("/")
+    else:
+        with local_server(args.model, shlex.split(args.server_args), args.startup_timeout, info) as url:
+            yield url
+
+
+def served_model(url: str, api_key: str | None) -> tuple[str, int]:
+    """(model name, max prompt + output tokens) from /v1/models."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    resp = httpx.get(f"{url}/v1/models", headers=headers, timeout=30)
+    if resp.status_code != 200:
+        raise RuntimeError(f"{url}/v1/models answered {resp.status_code}: {resp.text[:300]}")
+    card = resp.json()["data"][0]
+    return card["id"], card.get("max_model_len") or 0
+
+
+# ----------------------------------------------------------------------------------------------- output
+def rate_label(rate: float) -> str:
+    return "inf" if math.isinf(rate) else f"{rate:g}"
+
+
+def line(label: str, s: dict) -> str:
+    ms = lambda d, q: "-" if d[q] is None else f"{1000 * d[q]:.0f}"  # noqa: E731
+    return (f"rate {label:>5}: {s['completed']}/{s['requests']} done in {s['duration_s']:.1f} s, "
+            f"{s['request_throughput']:.2f} req/s, {s['output_tok_s']:.1f} tok/s, goodput {s['goodput']:.2f} req/s "
+            f"({100 * s['slo_attainment']:.0f}% met the SLOs); ms p50/p90/p99: "
+            f"TTFT {ms(s['ttft_s'], 'p50')}/{ms(s['ttft_s'], 'p90')}/{ms(s['ttft_s'], 'p99')}, "
+            f"TPOT {ms(s['tpot_s'], 'p50')}/{ms(s['tpot_s'], 'p90')}/{ms(s['tpot_s'], 'p99')}, "
+            f"ITL {ms(s['itl_s'], 'p50')}/{ms(s['itl_s'], 'p90')}/{ms(s['itl_s'], 'p99')}")
+
+
+def plot(result: dict, path: Path) -> Path:
+    """TTFT, TPOT and ITL percentiles and the throughputs against the request rate (one point per rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result["runs"]
+    x = range(len(runs))
+    labels = [r["rate"] for r in runs]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6))
+    for ax, key, title in zip(axes, ("ttft_s", "tpot_s", "itl_s"), ("TTFT", "TPOT", "ITL")):
+        for q, style in zip(PERCENTILES, ("-o", "--s", ":^")):
+            values = [r["summary"][key][f"p{q}"] for r in runs]
+            ax.plot(x, [math.nan if v is None else 1000 * v for v in values], style, label=f"p{q}")
+        ax.set_title(f"{title} (ms)", fontsize=10)
+    ax = axes[3]
+    ax.plot(x, [r["summary"]["output_tok_s"] for r in runs], "-o", color="#5b8e7d", label="output tok/s")
+    ax.set_title("output tokens/s", fontsize=10)
+    good = ax.twinx()
+    good.plot(x, [r["summary"]["goodput"] for r in runs], "--s", color="#bc4b51", label="goodput (req/s)")
+    good.set_ylabel("goodput (req/s)", fontsize=8)
+    for ax in axes:
+        ax.set_xticks(list(x), labels)
+        ax.set_xlabel("request rate (req/s)", fontsize=8)
+        ax.set_ylim(bottom=0)
+    good.set_ylim(bottom=0)
+    axes[0].legend(fontsize=8, frameon=False)
+    axes[3].legend(handles=axes[3].lines + good.lines, fontsize=8, frameon=False, loc="upper left")
+    w = result["workload"]
+    fig.suptitle(f"{result['model']}: {w['requests']} requests per rate, {w['output_tokens']:,} output tokens, "
+                 f"{result['api']} API", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m minisgl.benchmark.online", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model", type=Path, help="start a server on this model folder (and stop it at the end)")
+    where.add_argument("--url", help="use the server running at this URL, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--server-args", default="", help='more flags for the server --model starts, e.g. '
+                    '"--max-running-reqs 16 --max-seq-len 256"')
+    ap.add_argument("--startup-timeout", type=float, default=600)
+    ap.add_argument("--api-key", default=None)
+    ap.add_argument("--api", choices=["completions", "chat"], default="completions",
+                    help="completions: token-id prompts; chat: text prompts through the chat template")
+    ap.add_argument("--rates", type=parse_rates, default=parse_rates("4,16,inf"),
+                    help="request rates to run, comma-separated requests/s; inf sends all at once (default 4,16,inf)")
+    ap.add_argument("--num-requests", type=int, default=128, help="requests per rate (default 128)")
+    ap.add_argument("--min-len", type=int, default=100, help="shortest prompt and output (default 100)")
+    ap.add_argument("--max-input-len", type=int, default=1024, help="longest prompt (default 1024)")
+    ap.add_argument("--max-output-len", type=int, default=512, help="longest output (default 512)")
+    ap.add_argument("--max-token-id", type=int, default=None, help="prompt ids are drawn from [0, this] "
+                    "(default: 10000, below the model's vocabulary when --model names one)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--slo-ttft", type=float, default=1.0, help="goodput: TTFT at most this many seconds (1.0)")
+    ap.add_argument("--slo-tpot", type=float, default=0.05, help="goodput: TPOT at most this many seconds (0.05)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed requests sent first (default 1)")
+    ap.add_argument("--out", type=Path, required=True, help="JSON file the results are written to")
+    ap.add_argument("--png", type=Path, default=None, help="plot of the percentiles and throughputs per rate")
+    return ap
+
+
+def check_fits(specs: list[RequestSpec], max_model_len: int) -> None:
+    too_long = [s for s in specs if isinstance(s.prompt, list) and len(s.prompt) + s.max_tokens > max_model_len]
+    if max_model_len and too_long:
+        s = too_long[0]
+        raise ValueError(f"request {s.index} needs {len(s.prompt)} + {s.max_tokens} tokens, more than the server's "
+                         f"{max_model_len}: lower --max-input-len/--max-output-len or raise the server's --max-seq-len")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.num_requests < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
+    max_token_id = args.max_token_id
+    if max_token_id is None:
+        max_token_id = 10000
+        if args.model is not None:
+            from minisgl.models.config import ModelConfig
+
+            max_token_id = min(max_token_id, ModelConfig.from_path(args.model).vocab_size - 1)
+    specs = make_requests(args.api, args.num_requests, args.min_len, args.max_input_len, args.max_output_len,
+                          max_token_id, args.seed)
+    quiet = bool(os.environ.get("MINISGL_QUIET"))
+    # A `kill` stops the run the way Ctrl-C does: through the `finally` that stops the server it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    server: dict = {}
+    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "api": args.api,
+              "server": server, "slo": {"ttft_s": args.slo_ttft, "tpot_s": args.slo_tpot},
+              "workload": {"requests": len(specs), "output_tokens": sum(s.max_tokens for s in specs),
+                           "min_len": args.min_len, "max_input_len": args.max_input_len,
+                           "max_output_len": args.max_output_len, "max_token_id": max_token_id, "seed": args.seed},
+              "runs": []}
+    with target(args, server) as url:
+        model, max_model_len = served_model(url, args.api_key)
+        result.update(url=url, model=model, max_model_len=max_model_len)
+        check_fits(specs, max_model_len)
+        client = Client(url, args.api, model, args.api_key)
+        warm = [RequestSpec(-1, s.prompt, min(4, s.max_tokens)) for s in specs[: args.warmup]]
+        if warm:
+            asyncio.run(client.run(warm, [0.0] * len(warm), "warm-up", quiet=True))
+        for i, rate in enumerate(args.rates):
+            records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i), rate_label(rate),
+                                             quiet))
+            for rec in records:
+                if rec["error"] is None:
+                    rec.update(request_metrics(rec))
+            summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
+            result["runs"].append({"rate": rate_label(rate), "summary": summary, "requests": records})
+            print(line(rate_label(rate), summary), flush=True)
+            for rec in records:
+                if rec["error"] is not None:
+                    print(f"  request {rec['index']} failed: {rec['error']}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"results written: {args.out}")
+    if args.png:
+        print(f"plot written: {plot(result, args.png)}")
+    if server.get("left_behind"):
+        print("error: the server left processes behind (killed)", file=sys.stderr)
+        return 1
+    return 1 if any(run["summary"]["failed"] for run in result["runs"]) else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the server it started is stopped already
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

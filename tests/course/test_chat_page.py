@@ -1,0 +1,160 @@
+"""The server's chat page (`/`, chapter 15), end to end in headless Chromium with every request to a host other than
+127.0.0.1 blocked: a question typed and sent streams an answer that equals the non-streamed
+/v1/chat/completions answer with the same settings (temperature 0, same max_tokens), followed by its usage and
+finish reason; Stop during a long answer ends it, and the server lets the request go and keeps serving.
+
+The server is `python -m minisgl.server` on SmolLM2, run from the final reference tree. Marker `browser`; needs
+the Debian `chromium` package and the `playwright` Python package (never downloads a browser); skipped with the
+reason otherwise. Screenshot: build/chat-page.png.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.course.offline_browser import offline_page
+from tools.course import assemble, tree_env
+from tools.tree import last_chapter
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_FLAGS = ("--max-running-reqs", "4", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64",
+                "--max-extend-tokens", "128")
+QUESTION = "Why do we need sleep?"  # SmolLM2 answers at length: max_tokens ends it
+SHORT, LONG = 24, 400  # max tokens of the compared answer, and of the one that is stopped
+
+# Every version of the answer's text as the page shows it, recorded as it changes (proof that it streams).
+WATCH_ANSWERS = """() => {
+  window.answerSnapshots = [];
+  new MutationObserver(() => {
+    const answers = document.querySelectorAll('#log .assistant');
+    if (answers.length) window.answerSnapshots.push(answers[answers.length - 1].textContent);
+  }).observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def chat_server():
+    """The server on SmolLM2 (its own process group: stopped with Ctrl-C's signal, nothing left behind)."""
+    httpx = pytest.importorskip("httpx")
+    from tools.models import ensure_model
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = tree_env(assemble(last_chapter(), "ref"), threads=1)
+    proc = subprocess.Popen([sys.executable, "-m", "minisgl.server", "--model", str(ensure_model("smollm2")),
+                             "--port", str(port), *SERVER_FLAGS], cwd=ROOT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, f"the server exited while starting (code {proc.returncode})"
+            assert time.monotonic() < deadline, "the server was not up after 300 s"
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # only if a worker outlived it
+            except ProcessLookupError:
+                pass
+
+
+def _settled(url: str, timeout: float = 30.0) -> dict:
+    """/health (always 200) once the server holds no request."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(f"{url}/health", timeout=30)
+        assert r.status_code == 200, f"/health answered {r.status_code}: {r.text}"
+        status = r.json()
+        if status["running"] == 0 and status["waiting"] == 0:
+            return status
+        assert time.monotonic() < deadline, f"requests still held {timeout:.0f} s after the page stopped: {status}"
+        time.sleep(0.2)
+
+
+def _answer(page, index: int, pattern: str, timeout_ms: int = 120_000) -> tuple[str, str]:
+    """(text, meta line) of the index-th answer once its meta line matches the regular expression."""
+    page.wait_for_function(
+        "([i, p]) => { const m = document.querySelectorAll('#log .meta')[i];"
+        " return m && new RegExp(p).test(m.textContent); }", arg=[index, pattern], timeout=timeout_ms)
+    return (page.eval_on_selector_all("#log .assistant", "(e, i) => e[i].textContent", index),
+            page.eval_on_selector_all("#log .meta", "(e, i) => e[i].textContent", index))
+
+
+def _send(page, question: str, max_tokens: int) -> None:
+    page.fill("#max-tokens", str(max_tokens))
+    page.fill("#prompt", question)
+    page.click("#send")
+
+
+@pytest.mark.browser
+def test_chat_page_streams_the_greedy_answer_and_stops(chat_server: str):
+    import httpx
+
+    # The reference: the same question, not streamed, with the page's settings.
+    body = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": SHORT, "temperature": 0}
+    reply = httpx.post(f"{chat_server}/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    want = reply.json()
+    want_text = want["choices"][0]["message"]["content"]
+    want_meta = f"{want['usage']['completion_tokens']} tokens, finish: {want['choices'][0]['finish_reason']}"
+    assert want["choices"][0]["finish_reason"] == "length", \
+        f"the answer must be cut by max_tokens (so the page's setting counts); pick a question with a longer one: {want}"
+
+    requested: list[str] = []
+    with offline_page({"width": 1000, "height": 800}) as page:
+        page.on("request", lambda r: requested.append(r.url))
+        page.goto(f"{chat_server}/", wait_until="load")
+        assert page.text_content("#model") == "smollm2", "the page names the served model"
+        page.evaluate(WATCH_ANSWERS)
+
+        _send(page, QUESTION, SHORT)
+        text, meta = _answer(page, 0, "finish:")
+        assert text == want_text, f"the page's streamed answer differs from the API's:\n{text!r}\n{want_text!r}"
+        assert meta == want_meta, f"usage/finish line {meta!r}, expected {want_meta!r}"
+        shown = [s for s in dict.fromkeys(page.evaluate("window.answerSnapshots")) if s]
+        assert len(shown) >= 2 and shown[-1] == text, f"the answer did not stream in pieces: {shown}"
+        assert page.is_disabled("#stop"), "Stop is disabled once the answer is complete"
+
+        # A long answer (the second turn of the conversation), stopped once it has begun.
+        _send(page, "Tell me a long story about the sea.", LONG)
+        page.wait_for_function("() => { const a = document.querySelectorAll('#log .assistant');"
+                               " return a.length === 2 && a[1].textContent.length > 0; }", timeout=120_000)
+        assert not page.is_disabled("#stop"), "Stop is enabled while an answer streams"
+        page.click("#stop")
+        stopped, meta = _answer(page, 1, "^stopped$", timeout_ms=30_000)
+        assert stopped, "the text streamed before Stop stays on the page"
+        assert page.is_disabled("#stop")
+        status = _settled(chat_server)
+        assert status["available_slots"] == status["total_slots"], f"the stopped request kept KV slots: {status}"
+        (ROOT / "build").mkdir(exist_ok=True)
+        page.screenshot(path=str(ROOT / "build" / "chat-page.png"), full_page=True)
+
+    again = httpx.post(f"{chat_server}/v1/chat/completions", json=body, timeout=120)
+    assert again.status_code == 200 and again.json()["choices"][0]["message"]["content"] == want_text, \
+        f"after Stop the server still answers the same: {again.text}"
+    hosts = {urlsplit(u).hostname for u in requested if not u.startswith(("data:", "blob:"))}
+    assert requested and hosts == {"127.0.0.1"}, f"the page loaded from other hosts: {sorted(set(requested))}"
