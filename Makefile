@@ -131,7 +131,7 @@ BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --min
 	--server-args "--max-running-reqs 16 --max-seq-len 256 --cpu-kv-cache-mb 64"
 BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 4,16,64,inf --min-len 100 --max-input-len 1024 \
 	--max-output-len 512 --slo-ttft 1 --slo-tpot 0.05 \
-	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384"
+	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384 --page-size 256 --cuda-graph-max-bs 256"
 
 bench-serve:  ## chapter 22's online benchmark (server + streaming client at several request rates; BENCH_SERVE_ARGS more options)
 	@tree="$$($(FINAL_TREE))"; export PYTHONPATH="$$tree:.:$$PYTHONPATH"; \
