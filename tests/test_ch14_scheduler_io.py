@@ -377,3 +377,15 @@ def test_a_bad_frame_is_dropped_and_the_workers_go_on(workers):
     replies = receive(workers, finished([20]))
     assert workers.dead_worker() is None, "a bad frame must not kill a worker"
     assert replies[-1].completion_tokens == 3, f"the next request is served: {replies[-1]}"
+
+
+@pytest.mark.stubs("TokenizerWorker.tokenize")
+def test_token_ids_are_bounded_by_the_models_vocabulary():
+    """A model's embedding table may be larger than its tokenizer (or the tokenizer a stand-in): token-id prompts
+    are checked against the model's vocabulary size, which the scheduler reports."""
+    size = len(tokenizer("smollm2"))
+    w = TokenizerWorker(tokenizer("smollm2"), 64, vocab_size=size + 8)
+    w.handle([TokenizeMsg(0, [size + 7], SamplingParams()), TokenizeMsg(1, [size + 8], SamplingParams())])
+    to_backend, to_frontend = w.take_outputs()
+    assert [m.uid for m in to_backend] == [0], f"id {size + 7} is in the model's vocabulary: {to_backend}"
+    assert [r.uid for r in to_frontend if isinstance(r, ErrorReply)] == [1], f"id {size + 8} is not: {to_frontend}"

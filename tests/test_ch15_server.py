@@ -396,6 +396,7 @@ def test_abort_request_ends_a_stream_with_abort(server):
     body = {"prompt": TEXTS[1], "max_tokens": 300, "temperature": 0, "ignore_eos": True, "stream": True}
     reasons, aborted = [], False
     with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read().decode()
         for line in r.iter_lines():
             if not line.startswith("data: {"):
                 continue

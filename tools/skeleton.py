@@ -52,6 +52,33 @@ def _qualname_at(tree: ast.Module, lineno: int) -> str:
             return ".".join(names)
 
 
+def _function_at(tree: ast.Module, lineno: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function that contains line `lineno`."""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= lineno <= node.end_lineno:
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    return found
+
+
+def _yields_only_inside(func: ast.AST, first: int, last: int) -> bool:
+    """Whether the function is a generator only because of yields on lines first..last (1-based): its skeleton,
+    which loses those lines, must keep a yield, or an `async for` over it would meet a coroutine instead."""
+    own = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue  # a nested function's yields are its own
+            if isinstance(child, (ast.Yield, ast.YieldFrom)):
+                own.append(child.lineno)
+            visit(child)
+
+    visit(func)
+    return bool(own) and all(first <= n <= last for n in own)
+
+
 def _blocks(text: str, where: str) -> list[tuple[int, int]]:
     """(begin, end) 0-based line indexes of every marked block, validated."""
     lines = text.splitlines()
@@ -105,6 +132,9 @@ def render(text: str, chapter: str, where: str, rel_path: str = "") -> tuple[str
         stub = Stub(chapter, qualname, rel_path)
         out.extend(lines[cursor:begin])
         out.append(f'{indent}raise NotImplementedError("{stub.ident}")\n')
+        func = _function_at(tree, begin + 1)
+        if func is not None and _yields_only_inside(func, begin + 1, end + 1):
+            out.append(f"{indent}yield  # never reached: it keeps this function a generator, as the solution is\n")
         cursor = end + 1
         if stub not in stubs:
             stubs.append(stub)

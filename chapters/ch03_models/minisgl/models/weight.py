@@ -41,6 +41,7 @@ def merge_weights(tensors: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple
         # TODO(ch03): for names whose module is in MERGED, collect the part at its index under the merged
         # name and yield the concatenation once every part arrived; yield other tensors unchanged.
         raise NotImplementedError("TODO(ch03): merge_weights")
+        yield  # never reached: it keeps this function a generator, as the solution is
     if pending:
         raise ValueError(f"checkpoint is missing parts of merged weights: {sorted(pending)}")
 

@@ -11,12 +11,13 @@ ROLES = ("system", "user", "assistant")
 
 class TokenizeManager:
     """Turns prompts into token ids with the model's tokenizer. `max_prompt_len` (optional) is the longest
-    prompt the engine accepts; every failure is a ValueError that names the problem."""
+    prompt the engine accepts; `vocab_size` (optional) the model's, which bounds token-id prompts (default: the
+    tokenizer's size, added special tokens included). Every failure is a ValueError that names the problem."""
 
-    def __init__(self, tokenizer, max_prompt_len: int | None = None) -> None:
+    def __init__(self, tokenizer, max_prompt_len: int | None = None, vocab_size: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.max_prompt_len = max_prompt_len
-        self.vocab_size = len(tokenizer)  # added special tokens included
+        self.vocab_size = len(tokenizer) if vocab_size is None else vocab_size
 
     def tokenize(self, prompt: Prompt) -> list[int]:
         """Text is encoded as is; a list of {"role", "content"} messages goes through the chat template with the

@@ -113,7 +113,7 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
         io = SchedulerIO(scheduler, recv, send)
         if ready is not None:
             ready.put({"worker": "scheduler", "max_seq_len": engine.max_seq_len,
-                       "total_slots": scheduler.cache_manager.num_slots})
+                       "vocab_size": engine.model_config.vocab_size, "total_slots": scheduler.cache_manager.num_slots})
         io.run_forever(alive=lambda: os.getppid() == parent)
         recv.stop()
         send.stop()

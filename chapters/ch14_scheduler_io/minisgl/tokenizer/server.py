@@ -40,9 +40,10 @@ class TokenizerWorker:
     """The logic of the tokenizer process, without the sockets: `handle` turns the messages it received into the
     messages for the scheduler (`to_backend`) and for the front end (`to_frontend`)."""
 
-    def __init__(self, tokenizer, max_seq_len: int) -> None:
+    def __init__(self, tokenizer, max_seq_len: int, vocab_size: int | None = None) -> None:
         self.max_seq_len = max_seq_len  # prompt + output tokens of one request, as the engine allows
-        self.tokenize_manager = TokenizeManager(tokenizer, max_prompt_len=max_seq_len - 1)  # room for one token
+        # room for one output token; token ids bounded by the model's vocabulary (the tokenizer's may be smaller)
+        self.tokenize_manager = TokenizeManager(tokenizer, max_prompt_len=max_seq_len - 1, vocab_size=vocab_size)
         self.detokenize_manager = DetokenizeManager(tokenizer)
         self.usage: dict[int, list[int]] = {}  # uid -> [prompt tokens, completion tokens], while it streams
         self.to_backend: list[BaseBackendMsg] = []
@@ -104,8 +105,8 @@ class TokenizerWorker:
         return out
 
 
-def tokenize_worker(model_path: str, max_seq_len: int, addr: str, backend_addr: str, frontend_addr: str,
-                    ready=None) -> None:
+def tokenize_worker(model_path: str, max_seq_len: int, vocab_size: int, addr: str, backend_addr: str,
+                    frontend_addr: str, ready=None) -> None:
     """The process: receive, handle, send, until the parent goes away (or SIGTERM). Ctrl-C is the parent's to
     handle: it stops the workers itself, so they never die half-way through a message."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -116,7 +117,7 @@ def tokenize_worker(model_path: str, max_seq_len: int, addr: str, backend_addr: 
         recv = ZmqPullQueue(addr, create=True, decoder=BaseTokenizerMsg.decoder)
         send_backend = ZmqPushQueue(backend_addr, create=False, encoder=BaseBackendMsg.encoder)
         send_frontend = ZmqPushQueue(frontend_addr, create=False, encoder=BaseFrontendMsg.encoder)
-        worker = TokenizerWorker(AutoTokenizer.from_pretrained(model_path), max_seq_len)
+        worker = TokenizerWorker(AutoTokenizer.from_pretrained(model_path), max_seq_len, vocab_size)
         if ready is not None:
             ready.put({"worker": "tokenizer"})
         while os.getppid() == parent:

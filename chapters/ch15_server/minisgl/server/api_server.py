@@ -204,6 +204,7 @@ async def events(frontend: Frontend, uid: int, queue: asyncio.Queue, reply: User
     #   ends. If the stream ends early (the client left: next_reply gives None, or the generator is closed),
     #   the request is aborted; otherwise its queue is given back.
     raise NotImplementedError("TODO(ch15): events")
+    yield  # never reached: it keeps this function a generator, as the solution is
 
 
 def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> FastAPI:

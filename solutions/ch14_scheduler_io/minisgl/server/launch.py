@@ -62,8 +62,8 @@ class Workers:
             self.max_seq_len: int = info["max_seq_len"]
             self.total_slots: int = info["total_slots"]
             self._start(context, "tokenizer", tokenize_worker,
-                        (str(model_path), self.max_seq_len, self.addrs.tokenizer, self.addrs.backend,
-                         self.addrs.frontend, self._ready))
+                        (str(model_path), self.max_seq_len, info["vocab_size"], self.addrs.tokenizer,
+                         self.addrs.backend, self.addrs.frontend, self._ready))
             self._wait_ready("tokenizer", startup_timeout)
             self.to_tokenizer = ZmqPushQueue(self.addrs.tokenizer, create=False, encoder=BaseTokenizerMsg.encoder)
             # Status queries go straight to the scheduler: there is nothing to tokenize in them.
