@@ -16,7 +16,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
+.PHONY: help deps models run serve check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -47,6 +47,9 @@ ifeq ($(CH),)
 else
 	$(COURSE) run $(CH) $(FLAGS) $(ARGS)
 endif
+
+serve: deps  ## the OpenAI-compatible server on SmolLM2 at http://127.0.0.1:8000 (chapter 15; ARGS="--port 8080 ..."; Ctrl-C stops)
+	$(COURSE) serve $(ARGS)
 
 check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
 	$(COURSE) check $(CH) $(FLAGS)

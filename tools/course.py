@@ -339,6 +339,19 @@ def cmd_run(n: int, sol: bool, mine: bool = False, tree: Path | None = None, arg
     return run_script(script, tree, args)
 
 
+def cmd_serve(args: list[str] | None = None) -> int:
+    """`make serve`: the OpenAI-compatible server (chapter 15) of the final reference tree on $MODEL (SmolLM2 by
+    default), on 127.0.0.1:8000 unless ARGS say otherwise."""
+    check_model_env()
+    from tools.models import model_path_from_env
+
+    env = tree_env(assemble(all_chapters()[-1].number, "ref"))
+    cmd = [sys.executable, "-m", "minisgl.server", "--model", str(model_path_from_env("smollm2")), *(args or [])]
+    print(f"== python -m minisgl.server, {threads_note(env)}", flush=True)
+    # This process becomes the server (same pid): Ctrl-C reaches it directly, and it stops its workers itself.
+    os.execve(sys.executable, cmd, env)
+
+
 # ----------------------------------------------------------------------------- lab
 def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int:
     """JupyterLab on 127.0.0.1 (no browser opened), its kernels importing the same tree `make check` uses."""
@@ -508,10 +521,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("progress")
     sub.add_parser("copies").add_argument("path", nargs="?", help="a package path, e.g. minisgl/engine/engine.py")
     sub.add_parser("outputs").add_argument("only", nargs="*", help="output names (default: all)")
+    sub.add_parser("serve")
     ex = sub.add_parser("example")
     ex.add_argument("name")
     a, rest = ap.parse_known_args(argv)
-    if rest and a.cmd not in ("run", "example", "lab"):
+    if rest and a.cmd not in ("run", "example", "lab", "serve"):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if a.cmd == "progress":
@@ -524,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_outputs(a.only)
         if a.cmd == "example":
             return cmd_example(a.name, rest)
+        if a.cmd == "serve":
+            return cmd_serve(rest)
         if a.cmd == "check":
             return cmd_check(a.ch, a.mine, a.sol, a.verbose)
         if a.cmd == "run":
