@@ -283,14 +283,15 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> Fast
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        where = ".".join(loc)
         if err.get("type") == "json_invalid":
             return JSONResponse(APIError(400, f"the body is not valid JSON: {err.get('msg')}").body(), 400)
         if err.get("type") == "extra_forbidden":
             message = f"unsupported parameter: {where}"
         else:
             message = f"{where or 'body'}: {err.get('msg')}"
-        return JSONResponse(APIError(400, message, param=where or None).body(), status_code=400)
+        return JSONResponse(APIError(400, message, param=loc[0] if loc else None).body(), status_code=400)
 
     @app.middleware("http")
     async def check_api_key(request: Request, call_next):

@@ -94,7 +94,7 @@ NOT_SUPPORTED = {
 def check_supported(req: Common) -> None:
     for name, allowed in NOT_SUPPORTED.items():
         value = getattr(req, name, None)
-        if not any(value == ok and type(value) is type(ok) for ok in allowed):
+        if not any(value == ok and isinstance(value, bool) == isinstance(ok, bool) for ok in allowed):
             raise APIError(400, f"{name}={value!r} is not supported by this server", param=name,
                            code="unsupported_parameter")
     if req.stream_options is not None and not req.stream:

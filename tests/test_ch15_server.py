@@ -1,0 +1,442 @@
+"""Chapter 15: the OpenAI-compatible server. The request mapping and the event stream are tested in-process; the
+rest against a real server process (`python -m minisgl.server`) with the official openai client and httpx:
+HF-greedy equality, stop strings, seeds, bad requests, 64 concurrent streams with disconnects, a worker's crash,
+and Ctrl-C leaving no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from helpers import CHAT, TEXTS, hf_greedy, model_path, tokenizer
+from minisgl.message import UserReply
+from minisgl.server.api_server import Completion, events
+from minisgl.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
+
+SERVER_STUBS = ("to_tokenize_msg", "complete", "events")
+
+
+# ---- in-process: OpenAI request -> TokenizeMsg ----------------------------------------------------------------
+
+@pytest.mark.stubs("to_tokenize_msg")
+def test_openai_fields_become_a_tokenize_msg():
+    msg = to_tokenize_msg(3, CompletionRequest(prompt=[1, 2, 3], max_tokens=7, temperature=0.5, top_p=0.9,
+                                               top_k=20, seed=11, stop="\n\n", stop_token_ids=[2],
+                                               ignore_eos=True))
+    p = msg.sampling_params
+    assert (msg.uid, msg.text, msg.stop, msg.stop_token_ids, msg.auto_max_tokens) == (3, [1, 2, 3], ["\n\n"], [2],
+                                                                                      False), f"{msg}"
+    assert (p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.ignore_eos) == (7, 0.5, 0.9, 20, 11, True), p
+    assert to_tokenize_msg(0, CompletionRequest(prompt="hi")).sampling_params.max_tokens == 16, \
+        "completions default to max_tokens 16, as OpenAI's"
+    assert to_tokenize_msg(0, CompletionRequest(prompt=["hi"])).text == "hi", "a list of one prompt is that prompt"
+    chat = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    auto = to_tokenize_msg(1, ChatCompletionRequest(messages=chat))
+    assert auto.auto_max_tokens and auto.text == [{"role": "user", "content": "ab"}], \
+        f"chat without max_tokens uses the room left; text parts are joined: {auto}"
+    both = to_tokenize_msg(1, ChatCompletionRequest(messages=chat, max_completion_tokens=9, stop=["x", "y"]))
+    assert both.sampling_params.max_tokens == 9 and not both.auto_max_tokens and both.stop == ["x", "y"], f"{both}"
+
+
+@pytest.mark.stubs("to_tokenize_msg")
+@pytest.mark.parametrize("fields, param", [
+    ({"n": 2}, "n"), ({"logprobs": 1}, "logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"frequency_penalty": 1.0}, "frequency_penalty"), ({"echo": True}, "echo"), ({"best_of": 3}, "best_of"),
+    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"max_tokens": 0}, "max_tokens"), ({"temperature": -1.0},
+    "temperature"), ({"top_p": 0.0}, "top_p"), ({"stop": ["ok", ""]}, "stop"), ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": ""}, "prompt"), ({"stream_options": {"include_usage": True}}, "stream_options"),
+], ids=lambda v: json.dumps(v) if isinstance(v, dict) else v)
+def test_unsupported_or_bad_fields_are_a_400_naming_them(fields, param):
+    with pytest.raises(APIError) as refused:
+        to_tokenize_msg(0, CompletionRequest(**({"prompt": "hi"} | fields)))
+    assert (refused.value.status, refused.value.param) == (400, param), \
+        f"{fields}: got {refused.value.status} naming {refused.value.param!r} ({refused.value.message})"
+
+
+@pytest.mark.stubs("to_tokenize_msg")
+def test_chat_only_fields_are_checked_too():
+    chat = [{"role": "user", "content": "hi"}]
+    for fields, param in [({"tools": [{"type": "function"}]}, "tools"), ({"top_logprobs": 2}, "top_logprobs"),
+                          ({"response_format": {"type": "json_object"}}, "response_format"),
+                          ({"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
+                          ({"messages": []}, "messages")]:
+        with pytest.raises(APIError) as refused:
+            to_tokenize_msg(0, ChatCompletionRequest(**({"messages": chat} | fields)))
+        assert refused.value.param == param, f"{fields}: the 400 names {refused.value.param!r}, not {param!r}"
+    ok = to_tokenize_msg(0, ChatCompletionRequest(messages=chat, n=1, response_format={"type": "text"},
+                                                  presence_penalty=0.0))
+    assert ok.sampling_params.max_tokens >= 1, "do-nothing values of unsupported fields are accepted"
+
+
+# ---- in-process: the event stream ----------------------------------------------------------------------------
+
+class FakeRequest:
+    def __init__(self, gone_after: int | None = None) -> None:
+        self.checks, self.gone_after = 0, gone_after
+
+    async def is_disconnected(self) -> bool:
+        self.checks += 1
+        return self.gone_after is not None and self.checks > self.gone_after
+
+
+class FakeFrontend:
+    def __init__(self) -> None:
+        self.aborted, self.finished = [], []
+
+    def abort(self, uid):
+        self.aborted.append(uid)
+
+    def finish(self, uid):
+        self.finished.append(uid)
+
+
+def run_events(replies: list, chat: bool, include_usage: bool, request=None):
+    frontend, queue = FakeFrontend(), asyncio.Queue()
+    first, *rest = replies
+    body = {"stream": True, "stream_options": {"include_usage": include_usage}}
+    req = (ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], **body) if chat
+           else CompletionRequest(prompt="x", **body))
+
+    async def collect():
+        for r in rest:
+            queue.put_nowait(r)
+        out = []
+        async for event in events(frontend, 4, queue, first, Completion(chat, "m", 4), request or FakeRequest(), req):
+            out.append(event)
+        return out
+
+    return asyncio.run(collect()), frontend
+
+
+def parse(events_: list[str]) -> list:
+    assert all(e.startswith("data: ") and e.endswith("\n\n") for e in events_), f"not SSE events: {events_}"
+    return [e[6:-2] if e[6:-2] == "[DONE]" else json.loads(e[6:-2]) for e in events_]
+
+
+@pytest.mark.stubs("events")
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_the_event_stream_carries_text_reason_usage_and_done(chat):
+    replies = [UserReply(4, "Hel", False, None, 5, 1), UserReply(4, "", False, None, 5, 2),
+               UserReply(4, "lo", False, None, 5, 3), UserReply(4, "!", True, "stop", 5, 4)]
+    out, frontend = run_events(replies, chat, include_usage=True)
+    chunks = parse(out)
+    assert chunks[-1] == "[DONE]", "the stream ends with data: [DONE]"
+    usage, reason, texts = chunks[-2], chunks[-3], chunks[:-3]
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 4,
+                                                         "total_tokens": 9}, f"usage chunk {usage}"
+    assert reason["choices"][0]["finish_reason"] == "stop", f"the finish reason chunk: {reason}"
+    key = (lambda c: c["choices"][0]["delta"].get("content", "")) if chat else (lambda c: c["choices"][0]["text"])
+    assert "".join(key(c) for c in texts) == "Hello!", f"the text chunks add up to the text: {texts}"
+    assert all(c["choices"][0]["finish_reason"] is None for c in texts), "text chunks carry no finish reason"
+    if chat:
+        assert texts[0]["choices"][0]["delta"].get("role") == "assistant", "the first chat chunk names the role"
+        assert {c["object"] for c in chunks[:-1]} == {"chat.completion.chunk"}
+    assert frontend.finished == [4] and frontend.aborted == [], "a finished stream gives its queue back"
+    without, _ = run_events(replies, chat, include_usage=False)
+    assert all("usage" not in c for c in parse(without)[:-1]), "no usage chunk unless include_usage"
+
+
+@pytest.mark.stubs("events")
+def test_a_client_that_leaves_aborts_its_request():
+    out, frontend = run_events([UserReply(4, "a", False, None, 5, 1)], chat=False, include_usage=False,
+                               request=FakeRequest(gone_after=2))
+    assert frontend.aborted == [4] and "[DONE]" not in "".join(out), \
+        f"the client left before the end: the request must be aborted (aborted {frontend.aborted})"
+
+
+# ---- a real server ------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`python -m minisgl.server` in a process of its own, on a free port."""
+
+    def __init__(self, model: str, *flags: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "minisgl.server", "--model", str(model_path(model)),
+                                      "--port", str(self.port), *flags], env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 180
+        while True:
+            assert self.proc.poll() is None, f"the server exited while starting (code {self.proc.returncode})"
+            assert time.monotonic() < deadline, "the server was not up after 180 s"
+            try:
+                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        self.children = psutil.Process(self.proc.pid).children(recursive=True)
+
+    def stop(self, sig=signal.SIGINT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            for c in self.children:
+                if c.is_running():
+                    c.kill()
+
+    def left_behind(self) -> list[int]:
+        gone, alive = psutil.wait_procs(self.children, timeout=10)
+        return [p.pid for p in alive]
+
+    def health(self) -> dict:
+        r = httpx.get(self.url + "/health", timeout=30)
+        assert r.status_code == 200, f"/health answered {r.status_code}: {r.text}"
+        return r.json()
+
+
+SERVER_FLAGS = ("--max-running-reqs", "16", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64",
+                "--max-extend-tokens", "64")
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("smollm2", *SERVER_FLAGS)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def settle(server: Server, timeout: float = 30.0) -> dict:
+    """/health once nothing runs or waits (aborts travel through two processes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = server.health()
+        if not status["running"] and not status["waiting"]:
+            return status
+        assert time.monotonic() < deadline, f"requests still held after {timeout:.0f} s: {status}"
+        time.sleep(0.2)
+
+
+def assert_nothing_held(server: Server) -> None:
+    status = settle(server)
+    assert status.get("integrity_checked") == 1 and status["available_slots"] == status["total_slots"], \
+        f"every KV slot must be free or cached, and the integrity check must run: {status}"
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_completions_with_token_ids_equal_hf_greedy(client, stream):
+    tok = tokenizer("smollm2")
+    for i, text in enumerate(TEXTS[:2]):
+        ids = tok.encode(text)
+        ignore_eos = i == 1
+        want = hf_greedy("smollm2", ids, 12, stop_at_eos=not ignore_eos)
+        kw = dict(model="smollm2", prompt=ids, max_tokens=12, temperature=0, extra_body={"ignore_eos": ignore_eos})
+        if stream:
+            chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+            got = "".join(c.choices[0].text for c in chunks if c.choices)
+            reason = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+            usage = chunks[-1].usage
+        else:
+            r = client.completions.create(**kw)
+            got, reason, usage = r.choices[0].text, r.choices[0].finish_reason, r.usage
+        assert got == tok.decode(want, skip_special_tokens=True), f"prompt {i}: {got!r}"
+        assert (usage.prompt_tokens, usage.completion_tokens) == (len(ids), len(want)), f"prompt {i}: usage {usage}"
+        assert reason == ("length" if len(want) == 12 and (ignore_eos or want[-1] != tok.eos_token_id) else "stop")
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_chat_equals_hf_greedy_on_the_chat_template(client, stream):
+    tok = tokenizer("smollm2")
+    for question in CHAT[:1]:
+        messages = [{"role": "user", "content": question}]
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        want = hf_greedy("smollm2", list(ids), 24, stop_at_eos=True)
+        kw = dict(model="smollm2", messages=messages, max_tokens=24, temperature=0)
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kw))
+            got = "".join(c.choices[0].delta.content or "" for c in chunks)
+            reason = chunks[-1].choices[0].finish_reason
+            assert chunks[0].choices[0].delta.role == "assistant", "the first chunk names the role"
+        else:
+            r = client.chat.completions.create(**kw)
+            got, reason = r.choices[0].message.content, r.choices[0].finish_reason
+            assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids), len(want)), f"usage {r.usage}"
+        assert got == tok.decode(want, skip_special_tokens=True), f"{question!r}: {got!r}"
+        assert reason == ("stop" if want[-1] == tok.eos_token_id else "length"), f"finish_reason {reason}"
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_stop_strings_are_cut_exactly_streamed_or_not(client):
+    tok = tokenizer("smollm2")
+    ids = tok.encode(TEXTS[2])
+    full = tok.decode(hf_greedy("smollm2", ids, 24), skip_special_tokens=True)
+    stop = full[30:37]  # a piece that does not start or end at a token boundary, most likely
+    want = full[:full.index(stop)]
+    kw = dict(model="smollm2", prompt=ids, max_tokens=24, temperature=0, stop=[stop, "never appears"])
+    r = client.completions.create(**kw)
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (want, "stop"), f"{r.choices[0]}"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw))
+    assert streamed == want, f"streamed {streamed!r} != {want!r}"
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_a_seed_makes_sampling_repeatable(client):
+    kw = dict(model="smollm2", prompt=TEXTS[0], max_tokens=16, temperature=1.0)
+    a, b = (client.completions.create(seed=123, **kw).choices[0].text for _ in range(2))
+    others = {client.completions.create(seed=s, **kw).choices[0].text for s in (1, 2, 3)}
+    assert a == b, f"the same seed gave two texts:\n{a!r}\n{b!r}"
+    assert len(others | {a}) > 1, "four seeds at temperature 1 gave one text: the seed is not used"
+
+
+BAD = [  # (body or raw text, status, param or None)
+    ("{not json", 400, None), ({"prompt": 5}, 400, "prompt"), ({"prompt": "x", "max_tokens": "9"}, 400, "max_tokens"),
+    ({"prompt": "x", "temperature": True}, 400, "temperature"), ({"prompt": ""}, 400, "prompt"),
+    ({"prompt": "x", "max_tokens": 600}, 400, "prompt"), ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
+    ({"prompt": "x", "n": 3}, 400, "n"), ({"prompt": "x", "unknown_field": 1}, 400, "unknown_field"),
+    ({"prompt": [151, 10**9]}, 400, "prompt"), ({}, 400, "prompt"),
+]
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+@pytest.mark.parametrize("body, status, param", BAD, ids=[str(b)[:40] for b, _, _ in BAD])
+def test_bad_requests_get_an_openai_error_and_the_server_goes_on(server, body, status, param):
+    content = body if isinstance(body, str) else json.dumps(body)
+    r = httpx.post(server.url + "/v1/completions", content=content, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == status, f"{content}: status {r.status_code}, body {r.text}"
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"], f"not an OpenAI error: {error}"
+    assert error["param"] == param, f"{content}: the error names {error['param']!r}, not {param!r}"
+    ok = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "temperature": 0}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2, f"then a good one: {ok.text}"
+
+
+def test_models_and_api_key():
+    from fastapi.testclient import TestClient
+
+    from minisgl.server.api_server import Frontend, create_app
+    from minisgl.server.args import ServerArgs
+
+    args = ServerArgs(str(model_path("smollm2")), api_key="s3cret")
+    app = create_app(Frontend(workers=None), args, max_model_len=512)
+    http = TestClient(app)  # no lifespan: these routes need no worker
+    assert http.get("/v1/models").status_code == 401, "without the key /v1 is closed"
+    bad = http.get("/v1/models", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401 and bad.json()["error"]["code"] == "invalid_api_key", bad.text
+    ok = http.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200 and ok.json()["data"][0]["id"] == "smollm2", ok.text
+    assert ok.json()["data"][0]["max_model_len"] == 512
+
+
+async def stream_one(http: httpx.AsyncClient, url: str, ids: list[int], leave_after: int | None) -> dict:
+    """One streamed completion; leave_after=k closes the connection after k events (0: before the first)."""
+    body = {"prompt": ids, "max_tokens": 8, "temperature": 0, "ignore_eos": True, "stream": True}
+    text, reason, events_ = "", None, 0
+    async with http.stream("POST", url + "/v1/completions", json=body) as r:
+        assert r.status_code == 200, await r.aread()
+        if leave_after == 0:
+            return {"left": True}
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            text += chunk["choices"][0]["text"]
+            reason = chunk["choices"][0]["finish_reason"] or reason
+            events_ += 1
+            if leave_after is not None and events_ >= leave_after:
+                return {"left": True}
+    return {"left": False, "text": text, "reason": reason}
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_64_concurrent_streams_with_disconnects(server):
+    tok = tokenizer("smollm2")
+    prompts = [tok.encode(t) for t in TEXTS]
+    want = [tok.decode(hf_greedy("smollm2", ids, 8)) for ids in prompts]
+    rng = random.Random(0)
+    plan = [(i % len(prompts), rng.choice([0, 1, 3, 5]) if i % 3 == 0 else None) for i in range(64)]
+
+    async def run():
+        limits = httpx.Limits(max_connections=64)
+        async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+            return await asyncio.gather(*(stream_one(http, server.url, prompts[p], leave) for p, leave in plan))
+
+    results = asyncio.run(run())
+    for (p, leave), res in zip(plan, results):
+        if leave is None:
+            assert not res["left"] and res["text"] == want[p] and res["reason"] == "length", \
+                f"a complete stream of prompt {p}: {res} (want {want[p]!r})"
+    assert_nothing_held(server)
+    ok = httpx.post(server.url + "/v1/completions", json={"prompt": prompts[0], "max_tokens": 8, "temperature": 0,
+                                                          "ignore_eos": True}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == want[0], "the server still serves"
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_abort_request_ends_a_stream_with_abort(server):
+    body = {"prompt": TEXTS[1], "max_tokens": 300, "temperature": 0, "ignore_eos": True, "stream": True}
+    reasons, aborted = [], False
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if not aborted:
+                a = httpx.post(server.url + "/abort_request", json={"id": chunk["id"]}, timeout=30)
+                assert a.status_code == 200, a.text
+                aborted = True
+            reasons.append(chunk["choices"][0]["finish_reason"])
+    assert reasons[-1] == "abort" and len(reasons) < 300, f"the stream ends with 'abort' early: {reasons[-3:]}"
+    assert_nothing_held(server)
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_a_dead_worker_makes_the_server_answer_503_and_exit():
+    s = Server("tiny-qwen3", "--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
+    try:
+        ok = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2}, timeout=60)
+        assert ok.status_code == 200, ok.text
+        scheduler = next(c for c in s.children if "multiprocessing" in " ".join(c.cmdline()) and
+                         "resource_tracker" not in " ".join(c.cmdline()) and c.pid == min(
+                             p.pid for p in s.children if "resource_tracker" not in " ".join(p.cmdline())))
+        scheduler.kill()
+        try:
+            r = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 50}, timeout=60)
+            assert r.status_code == 503 and "died" in r.json()["error"]["message"], f"got {r.status_code}: {r.text}"
+        except httpx.TransportError:
+            pass  # it had already exited: also an answer, not a hang
+        assert s.proc.wait(30) == 1, "a server whose worker died exits with code 1"
+        assert s.left_behind() == [], "no worker is left running"
+    finally:
+        s.stop()
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_every_process(server, sig):
+    s = server if sig == signal.SIGINT else Server("tiny-qwen3", "--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
+    # a request in flight while the signal comes
+    r = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200, r.text
+    code = s.stop(sig)
+    assert code == 0, f"Ctrl-C / SIGTERM is a clean stop (exit 0), got {code}"
+    assert s.left_behind() == [], "every worker process is gone"
