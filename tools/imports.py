@@ -24,6 +24,7 @@ LAYERS = [
     ("llm", "scheduler"),
     ("engine",),
     ("attention", "models", "layers", "distributed"),
+    ("moe",),  # chapter 20: routing and expert compute, used by layers/moe.py
     ("kvcache",),
     ("kernel",),
     ("core", "env"),

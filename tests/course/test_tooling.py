@@ -121,7 +121,7 @@ def test_missing_model_is_one_line_at_once():
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
     assert proc.stderr.strip().splitlines() == [
-        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, smollm2)"
+        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, tiny-qwen3-moe, smollm2)"
     ], f"one line, no traceback: {proc.stderr}"
     assert elapsed < 15, f"the check took {elapsed:.1f} s: it must not wait for torch in a child process"
 
