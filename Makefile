@@ -16,7 +16,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report clean need-ch copies
+.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report profile clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -100,7 +100,10 @@ BENCH_DIR   ?= build/bench
 BENCH_OUT   ?= $(BENCH_DIR)/results.json
 # The random model stays under build/bench even when BENCH_DIR sends the results elsewhere (it is 1.2 GB).
 BENCH_MODEL ?= build/bench/qwen3-0.6b-random
-SYSTEMS     ?= micro ours ours-no-graphs ours-no-overlap ours-no-fused ours-triton ours-torch hf-static hf-cb
+SYSTEMS     ?= micro ours ours-no-graphs ours-no-overlap ours-no-fused ours-triton ours-torch hf-static hf-cb nano-vllm
+# nano-vllm runs from a checkout you point to (NANO_VLLM=path/to/nano-vllm); without one its row says skipped.
+NANO_VLLM   ?=
+PROFILE_DIR ?= build/profile
 BENCH_ARGS  ?=
 FINAL_TREE   = $(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol
 
@@ -108,14 +111,18 @@ bench:  ## (GPU) chapter 22's benchmark, then its table and plot (SYSTEMS="ours 
 	@tree="$$($(FINAL_TREE))"; status=0; \
 	for s in $(SYSTEMS); do \
 		echo "== $$s"; \
-		PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.bench --systems $$s --model $(BENCH_MODEL) \
-			--out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
+		NANO_VLLM="$(NANO_VLLM)" PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.bench --systems $$s \
+			--model $(BENCH_MODEL) --out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
 	done; \
 	$(MAKE) --no-print-directory bench-report; exit $$status
 
 bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several files merge: BENCH_OUT="a.json b.json")
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.report $(BENCH_OUT) \
 		--png $(BENCH_DIR)/bench.png --md $(BENCH_DIR)/table.md
+
+profile:  ## (GPU) chapter 22's profile: kernel tables of a decode and a prefill step, the workload's timeline (PROFILE_DIR)
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.profile \
+		--model $(BENCH_MODEL) --out $(PROFILE_DIR)
 
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor
