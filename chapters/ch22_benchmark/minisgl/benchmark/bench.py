@@ -4,7 +4,8 @@
     python -m minisgl.benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
 
 Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256), ours,
-ours-no-graphs, ours-no-overlap, ours-no-fused, ours-triton, ours-torch, hf-static, hf-cb. One process can run
+ours-no-graphs, ours-no-overlap, ours-no-fused, ours-triton, ours-torch, hf-static, hf-cb, nano-vllm (from the
+checkout NANO_VLLM or --nano-vllm names; skipped without one). One process can run
 several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
 in one file (or several, which the report merges). `--quick` shrinks everything to seconds on a CPU.
 """
@@ -32,7 +33,7 @@ from minisgl.benchmark.systems import HF, OURS, RunOutput, Skipped, run_hf_cb, r
 from minisgl.benchmark.workload import describe, nano_vllm_workload, quick_workload
 from minisgl.models.config import ModelConfig
 
-SYSTEMS = ["micro", *OURS, *HF]
+SYSTEMS = ["micro", *OURS, *HF, "nano-vllm"]
 DEFAULT_MODEL = Path("build/bench/qwen3-0.6b-random")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -63,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--decode-batch", type=int, default=256)
     ap.add_argument("--decode-prompt", type=int, default=512)
     ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--nano-vllm", default=None, metavar="PATH",
+                    help="nano-vllm checkout for the nano-vllm system (default: $NANO_VLLM)")
     ap.add_argument("--keep-tokens", action="store_true", help="store every request's output tokens in the JSON")
     return ap
 
@@ -213,6 +216,10 @@ def run_system(name: str, bench: Bench) -> dict:
             cap = args.max_seconds or (args.torch_seconds if name == "ours-torch" and not args.quick else None)
             run = run_ours(bench.model, bench.workload, name, cap, args.max_extend_tokens, args.page_size,
                            args.cuda_graph_max_bs, bench.device, bench.dtype_name)
+        elif name == "nano-vllm":
+            from minisgl.benchmark.nano_vllm import default_checkout, run_nano_vllm
+
+            run = run_nano_vllm(bench.model, bench.workload, args.nano_vllm or default_checkout())
         elif name == "hf-static":
             run = run_hf_static(bench.model, bench.workload, bench.device, bench.dtype)
         else:
@@ -273,7 +280,7 @@ def line(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.systems is None:
-        args.systems = [s for s in SYSTEMS if not (args.quick and s == "hf-cb")]
+        args.systems = [s for s in SYSTEMS if not (args.quick and s in ("hf-cb", "nano-vllm"))]
     if args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available()):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run in its interpreter on a CPU
     bench = Bench(args)
