@@ -75,10 +75,12 @@ def run_nano_vllm(model_path, workload: Workload, checkout: str | None) -> RunOu
         raise Skipped("nano-vllm needs a CUDA device")
     nanovllm = import_nano_vllm(checkout)
     llm = nanovllm.LLM(str(model_path), **BENCH_SETTINGS)
-    warm = nanovllm.SamplingParams(temperature=TEMPERATURE, ignore_eos=True, max_tokens=4)
-    llm.generate([list(workload[0][0][:8])], warm, use_tqdm=False)  # as its bench: one short request first
-    stamps: dict[int, list[float]] = {}
     scheduler = llm.scheduler
+    # As its bench: one short request first (its `generate` would decode the output text: no tokenizer here).
+    llm.add_request(list(workload[0][0][:8]), nanovllm.SamplingParams(temperature=TEMPERATURE, max_tokens=16))
+    while not llm.is_finished():
+        llm.step()
+    stamps: dict[int, list[float]] = {}
     postprocess = scheduler.postprocess
 
     def timed_postprocess(seqs, token_ids, is_prefill):
