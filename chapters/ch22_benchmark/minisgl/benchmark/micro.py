@@ -150,11 +150,11 @@ def prefill_step_time(llm, tokens: int, prompt_len: int, batches: int, params: i
     for uid in uids:
         scheduler.finished.pop(uid)
     full = [i for i, (_, new) in enumerate(log.steps) if new == tokens and log.phases[i] == "prefill"]
-    timed = full[skip : skip + batches]
-    if len(timed) < batches or timed != list(range(timed[0], timed[0] + batches)) or timed[0] < 1:
+    timed = full[skip : skip + batches]  # fewer when the pool cannot hold that many at once: at least one
+    if not timed or timed != list(range(timed[0], timed[0] + len(timed))) or timed[0] < 1:
         raise RuntimeError(f"expected {batches + skip} consecutive prefill batches of {tokens} tokens, got "
                            f"{[(p, n) for p, (_, n) in zip(log.phases, log.steps)]}")
-    seconds = (marks[timed[-1]] - marks[timed[0] - 1]) / batches
+    seconds = (marks[timed[-1]] - marks[timed[0] - 1]) / len(timed)
     floor = 2 * params * tokens / peak_flops
-    return {"tokens": tokens, "prompt_len": prompt_len, "batches_timed": batches, "ms_per_batch": 1000 * seconds,
+    return {"tokens": tokens, "prompt_len": prompt_len, "batches_timed": len(timed), "ms_per_batch": 1000 * seconds,
             "floor_ms": 1000 * floor, "ratio": seconds / floor}

@@ -8,8 +8,8 @@ program takes one head of one token, loads it once, normalises it, rotates it an
 
 Every rounding of the torch chain is kept, as chapter 19's RMSNorm kernels keep HF's: the normalised head is
 rounded to the model dtype before and after the weight, cos and sin are rounded to it, and so are both
-products and their sum. The kernel computes exactly what the chain computes, up to the order of the
-float32 sum of squares.
+products and their sum. What may still differ is the order of the float32 sum of squares and, where the
+compiler fuses a multiply with an add (FMA), one rounding: at most one step of the dtype on any output.
 """
 
 from __future__ import annotations
