@@ -17,7 +17,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve clean need-ch copies
+.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve profile clean need-ch copies
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -105,7 +105,10 @@ BENCH_DIR   ?= build/bench
 BENCH_OUT   ?= $(BENCH_DIR)/results.json
 # The random model stays under build/bench even when BENCH_DIR sends the results elsewhere (it is 1.2 GB).
 BENCH_MODEL ?= build/bench/qwen3-0.6b-random
-SYSTEMS     ?= micro ours ours-no-graphs ours-no-overlap ours-no-fused ours-triton ours-torch hf-static hf-cb
+SYSTEMS     ?= micro ours ours-fa ours-no-graphs ours-no-overlap ours-no-fused ours-triton ours-torch hf-static hf-cb nano-vllm
+# nano-vllm runs from a checkout you point to (NANO_VLLM=path/to/nano-vllm); without one its row says skipped.
+NANO_VLLM   ?=
+PROFILE_DIR ?= build/profile
 BENCH_ARGS  ?=
 FINAL_TREE   = $(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol
 
@@ -113,8 +116,8 @@ bench:  ## (GPU) chapter 22's benchmark, then its table and plot (SYSTEMS="ours 
 	@tree="$$($(FINAL_TREE))"; status=0; \
 	for s in $(SYSTEMS); do \
 		echo "== $$s"; \
-		PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.bench --systems $$s --model $(BENCH_MODEL) \
-			--out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
+		NANO_VLLM="$(NANO_VLLM)" PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.bench --systems $$s \
+			--model $(BENCH_MODEL) --out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
 	done; \
 	$(MAKE) --no-print-directory bench-report; exit $$status
 
@@ -145,6 +148,10 @@ bench-serve:  ## chapter 22's online benchmark (server + streaming client at sev
 		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_CPU) --out $(BENCH_DIR)/online.json \
 			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
 	fi
+
+profile:  ## (GPU) chapter 22's profile: kernel tables of a decode and a prefill step, the workload's timeline (PROFILE_DIR)
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.profile \
+		--model $(BENCH_MODEL) --out $(PROFILE_DIR)
 
 clean:  ## remove build outputs (keeps models/)
 	rm -rf build site docs/assets/vendor

@@ -94,7 +94,7 @@ def test_backend_selection():
     assert resolve_backend("torch", cuda, torch.bfloat16, 1) == "torch"
     assert resolve_backend("auto", cuda, torch.float32, 256) in ("triton", "torch"), "fa has no float32"
     assert resolve_backend("auto", cuda, torch.float32, 1, head_dim=80) == "torch", "the kernels need 2^k head_dim"
-    for name, device in [("fa", cpu), ("nope", cuda)]:
+    for name, device in [("fa", cpu), ("hybrid", cpu), ("nope", cuda)]:
         with pytest.raises(ValueError, match=name):
             resolve_backend(name, device, torch.bfloat16, 256)
     saved = os.environ.pop("TRITON_INTERPRET", None)
@@ -107,6 +107,20 @@ def test_backend_selection():
         os.environ.pop("TRITON_INTERPRET", None)
         if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved
+
+
+@pytest.mark.stubs("resolve_backend")
+@pytest.mark.parametrize("importable,want", [({"flash_attn", "triton"}, "hybrid"), ({"flash_attn"}, "fa"),
+                                             ({"triton"}, "triton"), (set(), "torch")])
+def test_auto_prefers_flash_attn_prefill_with_triton_decode(monkeypatch, importable, want):
+    """Which libraries import decides what auto picks on CUDA (bf16, pages of 256); here, not on this machine."""
+    import minisgl.attention as attention
+
+    monkeypatch.setattr(attention, "_importable", lambda module: module in importable)
+    got = resolve_backend("auto", torch.device("cuda"), torch.bfloat16, 256, head_dim=128)
+    assert got == want, f"auto with {sorted(importable)} importable picked {got!r}, expected {want!r}"
+    if "flash_attn" in importable:
+        assert resolve_backend("auto", torch.device("cuda"), torch.bfloat16, 16) != "hybrid", "fa needs 256-slot pages"
 
 
 @pytest.mark.stubs(*KERNEL_STUBS)
@@ -125,15 +139,17 @@ def test_engine_on_the_triton_backend_matches_hf(name):
 @pytest.mark.gpu
 @pytest.mark.stubs(*KERNEL_STUBS)
 @pytest.mark.parametrize("overlap", [False, True])
-def test_flash_attn_backend_bf16_matches_hf_bf16_on_the_gpu(overlap):
+@pytest.mark.parametrize("backend", ["fa", "hybrid"])
+def test_flash_attn_backend_bf16_matches_hf_bf16_on_the_gpu(backend, overlap):
     pytest.importorskip("flash_attn")
     from transformers import AutoModelForCausalLM
 
     name = "tiny-qwen3"
     prompts = prompt_ids(name, 3)
-    llm = LLM(model_path(name), device="cuda", dtype="bfloat16", page_size=256, max_running_reqs=3,
-              max_seq_len=512, max_extend_tokens=16, overlap=overlap)
-    assert type(llm.engine.attn_backend).__name__ == "FlashAttnBackend", "auto picks flash-attn here"
+    llm = LLM(model_path(name), device="cuda", dtype="bfloat16", attention_backend=backend, page_size=256,
+              max_running_reqs=3, max_seq_len=512, max_extend_tokens=16, overlap=overlap)
+    want = {"fa": "FlashAttnBackend", "hybrid": "HybridAttnBackend"}[backend]
+    assert type(llm.engine.attn_backend).__name__ == want, f"{backend} makes a {want}"
     outputs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
     hf = AutoModelForCausalLM.from_pretrained(model_path(name), dtype=torch.bfloat16).cuda().eval()
     hf.generation_config.eos_token_id = None  # exactly 12 argmax steps, EOS an ordinary token (ignore_eos)

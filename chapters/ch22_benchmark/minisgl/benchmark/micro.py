@@ -125,3 +125,36 @@ def decode_step_time(llm, batch: int, prompt_len: int, steps: int, weight_bytes:
             "mean_context": sum(sum(log.steps[i][0]) for i in timed) / len(timed) / batch,
             "ms_per_step": 1000 * seconds, "floor_ms": 1000 * floor / bandwidth, "bytes_per_step": floor,
             "ratio": seconds * bandwidth / floor}
+
+
+def prefill_step_time(llm, tokens: int, prompt_len: int, batches: int, params: int, peak_flops: float,
+                      skip: int = 1, seed: int = 0) -> dict:
+    """Time prefill batches of `tokens` prompt tokens each (prompts of prompt_len, one output token, so nothing
+    but prefill runs) against their compute floor, 2 x params FLOPs per token over the peak. The first `skip`
+    batches are left out; the time is the scheduler loop's, as in decode_step_time."""
+    from minisgl.benchmark.systems import BatchLog, submit
+
+    if tokens % prompt_len or min(batches, skip) < 1:
+        raise ValueError("tokens must be a multiple of prompt_len; batches and skip >= 1")
+    gen = torch.Generator().manual_seed(seed)
+    vocab = llm.engine.model_config.vocab_size
+    count = tokens // prompt_len * (batches + skip + 1)  # one batch more: the last may be cut short
+    workload = [(torch.randint(0, vocab, (prompt_len,), generator=gen).tolist(), 1) for _ in range(count)]
+    scheduler, log, marks = llm.scheduler, BatchLog(), []
+    uids = submit(scheduler, workload)
+    saved, scheduler.on_batch = scheduler.on_batch, log.on_batch
+    try:
+        scheduler.run_until_idle(lambda: marks.append(time.perf_counter()))
+    finally:
+        scheduler.on_batch = saved
+    for uid in uids:
+        scheduler.finished.pop(uid)
+    full = [i for i, (_, new) in enumerate(log.steps) if new == tokens and log.phases[i] == "prefill"]
+    timed = full[skip : skip + batches]  # fewer when the pool cannot hold that many at once: at least one
+    if not timed or timed != list(range(timed[0], timed[0] + len(timed))) or timed[0] < 1:
+        raise RuntimeError(f"expected {batches + skip} consecutive prefill batches of {tokens} tokens, got "
+                           f"{[(p, n) for p, (_, n) in zip(log.phases, log.steps)]}")
+    seconds = (marks[timed[-1]] - marks[timed[0] - 1]) / len(timed)
+    floor = 2 * params * tokens / peak_flops
+    return {"tokens": tokens, "prompt_len": prompt_len, "batches_timed": len(timed), "ms_per_batch": 1000 * seconds,
+            "floor_ms": 1000 * floor, "ratio": seconds / floor}

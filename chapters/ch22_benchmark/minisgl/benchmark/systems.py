@@ -1,6 +1,7 @@
 """The systems under test, each run on the same workload with per-token timestamps.
 
     ours*      our engine (minisgl.llm.LLM) in its best configuration and with one optimisation off at a time
+    nano-vllm  in nano_vllm.py: run from a checkout the user points to
     hf-static  Hugging Face `generate`: one static batch of every prompt, left-padded, run to the longest output
     hf-cb      Hugging Face continuous batching (`init_continuous_batching`, what `generate_batch` uses)
 
@@ -31,6 +32,7 @@ from minisgl.scheduler.utils import PendingReq
 # name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19)
 OURS = {
     "ours": ("auto", True, True, True),
+    "ours-fa": ("fa", True, True, True),
     "ours-no-graphs": ("auto", True, False, True),
     "ours-no-overlap": ("auto", False, True, True),
     "ours-no-fused": ("auto", True, True, False),
@@ -97,14 +99,15 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
                 cuda_graph_max_bs: int = 256) -> tuple[dict, bool]:
     """(LLM keyword arguments, overlap) of one of our configurations.
 
-    The best configuration lets `auto` pick the attention backend, and gives it pages of 256 slots when
+    The best configuration lets `auto` pick the attention backend (flash-attn prefill with the Triton decode
+    kernel where both import; `ours-fa` is flash-attn for decode too), and gives it pages of 256 slots when
     flash-attn is installed (its paged kernels need them; the waste of up to 255 slots per request does not
     matter with 140 GB, and random prompts share no prefix that smaller pages could reuse), else pages of 1.
     """
     backend, overlap, graphs, _ = OURS[name]
     fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if page_size is None:
-        page_size = 256 if backend == "auto" and fa else 1
+        page_size = 256 if backend in ("auto", "fa", "hybrid") and fa else 1
     shape = describe(workload)
     kwargs = dict(device=device.type, attention_backend=backend, page_size=page_size,
                   max_running_reqs=shape["requests"], max_seq_len=shape["max_seq_len"])

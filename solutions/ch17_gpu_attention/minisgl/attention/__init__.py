@@ -1,8 +1,9 @@
 """Attention backends: how a batch's queries meet the keys and values in the paged KV cache.
 
 `create_attention_backend` picks one by name: "torch" (chapter 5, any device), "triton" (the course's
-Triton kernels, CUDA), "fa" (flash-attn 2, CUDA, 16-bit, pages of a multiple of 256 slots), or "auto":
-fa when it imports and the page size and dtype allow it, else triton on CUDA, else torch.
+Triton kernels, CUDA), "fa" (flash-attn 2, CUDA, 16-bit, pages of a multiple of 256 slots), "hybrid"
+(flash-attn for prefill, the Triton decode kernel for decode), or "auto": hybrid when flash-attn and triton
+import and the page size and dtype allow it (fa without triton), else triton on CUDA, else torch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from minisgl.attention.base import BaseAttnBackend
 from minisgl.kvcache.base import BaseKVCache
 
-BACKENDS = ("auto", "torch", "triton", "fa")
+BACKENDS = ("auto", "torch", "triton", "fa", "hybrid")
 
 
 def _importable(module: str) -> bool:
@@ -24,20 +25,21 @@ def _importable(module: str) -> bool:
 
 def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_size: int, head_dim: int = 64) -> str:
     """The backend `name` stands for on this device ("auto" decided), or ValueError if it cannot run here."""
-    # TODO(ch17): reject unknown names; "auto" -> "fa" if flash_attn is importable, the device is CUDA, the dtype
-    # 16-bit and page_size a multiple of 256; else "triton" on CUDA if triton is importable and head_dim is a
-    # power of two >= 16 (what the kernels take); else "torch".
-    # An explicit "fa" off CUDA, or "triton" off CUDA without TRITON_INTERPRET=1 (Triton's CPU interpreter),
-    # is a ValueError naming the backend and the device.
+    # TODO(ch17): reject unknown names. "auto": when flash_attn is importable, the device is CUDA, the dtype
+    # 16-bit and page_size a multiple of 256 -> "hybrid" if the Triton kernels can run too (triton importable,
+    # head_dim a power of two >= 16, what the kernels take), else "fa"; otherwise "triton" on CUDA if the
+    # kernels can run; else "torch".
+    # An explicit "fa" or "hybrid" off CUDA, or "triton" off CUDA without TRITON_INTERPRET=1 (Triton's CPU
+    # interpreter), is a ValueError naming the backend and the device.
     # >>> solution
     if name not in BACKENDS:
         raise ValueError(f"attention backend must be one of {BACKENDS}, got {name!r}")
     cuda = device.type == "cuda"
     if name == "auto":
+        kernels_run = head_dim >= 16 and head_dim & (head_dim - 1) == 0 and _importable("triton")
         if cuda and _importable("flash_attn") and dtype in (torch.bfloat16, torch.float16) and page_size % 256 == 0:
-            return "fa"
-        kernel_fits = head_dim >= 16 and head_dim & (head_dim - 1) == 0
-        return "triton" if cuda and kernel_fits and _importable("triton") else "torch"
+            return "hybrid" if kernels_run else "fa"
+        return "triton" if cuda and kernels_run else "torch"
     interpreted = name == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
     if name != "torch" and not cuda and not interpreted:
         raise ValueError(f"the {name!r} attention backend needs a CUDA device, not {device}")
@@ -48,6 +50,10 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_si
 def create_attention_backend(name: str, kv_cache: BaseKVCache, page_table: torch.Tensor, page_size: int,
                              dtype: torch.dtype) -> BaseAttnBackend:
     name = resolve_backend(name, page_table.device, dtype, page_size, kv_cache.head_dim)
+    if name == "hybrid":
+        from minisgl.attention.hybrid_backend import HybridAttnBackend
+
+        return HybridAttnBackend(kv_cache, page_table, page_size)
     if name == "fa":
         from minisgl.attention.fa_backend import FlashAttnBackend
 

@@ -20,6 +20,7 @@ FA_PAGE_MULTIPLE = 256  # flash-attn 2: "Paged KV cache block size must be divis
 @dataclass
 class FlashAttnMetadata(BaseAttnMetadata):
     block_table: torch.Tensor | None = None  # [B, pages]: page ids of each request, in order
+    no_prefix: bool = False  # no request has cached tokens: attend over the new k and v directly
 
 
 class FlashAttnBackend(BaseAttnBackend):
@@ -38,7 +39,9 @@ class FlashAttnBackend(BaseAttnBackend):
         meta = batch.attn_metadata
         pages = -(-meta.max_seqlen_k // self.page_size)
         first_slots = self.page_table[meta.table_idx, : pages * self.page_size : self.page_size]
-        batch.attn_metadata = FlashAttnMetadata(**vars(meta), block_table=(first_slots // self.page_size).int())
+        no_prefix = not batch.is_decode and not any(r.cached_len for r in batch.reqs)
+        batch.attn_metadata = FlashAttnMetadata(**vars(meta), block_table=(first_slots // self.page_size).int(),
+                                                no_prefix=no_prefix)
 
     def _paged(self, cache: torch.Tensor) -> torch.Tensor:
         return cache.view(-1, self.page_size, *cache.shape[1:])
@@ -56,6 +59,9 @@ class FlashAttnBackend(BaseAttnBackend):
             out = flash_attn_with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.seq_lens,
                                           block_table=meta.block_table, softmax_scale=scale, causal=True)
             return out.squeeze(1)
+        if meta.no_prefix:  # the keys are exactly the new tokens: the contiguous kernel, faster than the paged one
+            return flash_attn_varlen_func(q, k.to(q.dtype), v.to(q.dtype), meta.cu_seqlens_q, meta.cu_seqlens_q,
+                                          meta.max_seqlen_q, meta.max_seqlen_q, softmax_scale=scale, causal=True)
         # causal with more keys than queries aligns the queries with the last keys: the cached prefix
         return flash_attn_varlen_func(q, k_cache, v_cache, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
                                       meta.max_seqlen_k, softmax_scale=scale, causal=True,

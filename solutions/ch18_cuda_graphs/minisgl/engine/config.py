@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from minisgl.attention import BACKENDS
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -41,8 +43,8 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None (auto), got {value!r}")
-        if self.attention_backend not in ("auto", "torch", "triton", "fa"):
-            raise ValueError(f"attention_backend must be auto, torch, triton or fa, got {self.attention_backend!r}")
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
         if self.cache_type not in ("radix", "naive"):
             raise ValueError(f"cache_type must be 'radix' or 'naive', got {self.cache_type!r}")
         if self.page_size < 1:
