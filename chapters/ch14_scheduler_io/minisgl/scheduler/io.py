@@ -112,8 +112,11 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
         send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
         io = SchedulerIO(scheduler, recv, send)
         if ready is not None:
-            ready.put({"worker": "scheduler", "max_seq_len": engine.max_seq_len,
-                       "vocab_size": engine.model_config.vocab_size, "total_slots": scheduler.cache_manager.num_slots})
+            # The longest request (prompt + output) this scheduler can run: the engine's limit, or the whole KV
+            # pool when that is smaller (a request needs a slot for every token but its last).
+            slots = scheduler.cache_manager.num_slots
+            ready.put({"worker": "scheduler", "max_seq_len": min(engine.max_seq_len, slots + 1),
+                       "vocab_size": engine.model_config.vocab_size, "total_slots": slots})
         io.run_forever(alive=lambda: os.getppid() == parent)
         recv.stop()
         send.stop()
