@@ -140,6 +140,7 @@ def test_the_event_stream_carries_text_reason_usage_and_done(chat):
     key = (lambda c: c["choices"][0]["delta"].get("content", "")) if chat else (lambda c: c["choices"][0]["text"])
     assert "".join(key(c) for c in texts) == "Hello!", f"the text chunks add up to the text: {texts}"
     assert all(c["choices"][0]["finish_reason"] is None for c in texts), "text chunks carry no finish reason"
+    assert len(texts) == len(replies), f"one chunk per reply (token), empty text too: {len(texts)} for {len(replies)}"
     if chat:
         assert texts[0]["choices"][0]["delta"].get("role") == "assistant", "the first chat chunk names the role"
         assert {c["object"] for c in chunks[:-1]} == {"chat.completion.chunk"}

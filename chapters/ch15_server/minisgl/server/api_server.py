@@ -198,7 +198,8 @@ async def complete(frontend: Frontend, req: CompletionRequest | ChatCompletionRe
 async def events(frontend: Frontend, uid: int, queue: asyncio.Queue, reply: UserReply, shape: Completion,
                  request: Request, req: CompletionRequest | ChatCompletionRequest) -> AsyncIterator[str]:
     """The server-sent events of a streamed request, starting from its first reply."""
-    # TODO(ch15): one chunk per reply that carries text (chat: the first chunk also carries the assistant role);
+    # TODO(ch15): one chunk per reply, also when its text is empty (held back: a client still sees the token's
+    #   time), the chat's first chunk also carrying the assistant role;
     #   the finish_reason goes in a last chunk of its own; with stream_options.include_usage, a chunk with empty
     #   choices and the usage follows; then "data: [DONE]". A WorkerGone becomes an error event and the stream
     #   ends. If the stream ends early (the client left: next_reply gives None, or the generator is closed),
