@@ -32,7 +32,6 @@ TODO_LINE = re.compile(r"^\s*# TODO\((ch\d\d)\):")
 # says so instead of "does not exist"; tests/course/test_tooling.py keeps this table and solutions/ apart.
 PLANNED = {
     20: "mixture of experts",
-    21: "mixed prefill + decode batches",
 }
 
 
