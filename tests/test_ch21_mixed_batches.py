@@ -14,7 +14,8 @@ ON_CUDA = torch.cuda.is_available()
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the Triton test runs in its interpreter
 
-from helpers import BF16_MARGIN, assert_clean, hf_greedy, hf_greedy_cuda, model_path, pending, prompt_ids, tokenizer  # noqa: E402
+from helpers import (BF16_MARGIN, assert_clean, hf_greedy, hf_greedy_cuda, model_path, pending,  # noqa: E402
+                     prompt_ids, tokenizer)
 from minisgl.core import Batch, Req, SamplingParams  # noqa: E402
 from minisgl.llm import LLM  # noqa: E402
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager  # noqa: E402
@@ -129,7 +130,7 @@ def test_a_long_prompt_arriving_stalls_running_requests_one_step_at_most(overlap
     assert all(phase == "mixed" for phase, _ in pieces), \
         f"the running requests ride along every piece of the long prompt: phases {[p for p, _ in pieces]}"
     for rows in chunks:
-        assert sum(n for _, n, _ in rows) == 16, f"a chunk's batch uses exactly the budget, decode rows included: {rows}"
+        assert sum(n for _, n, _ in rows) == 16, f"a chunk's batch uses the whole budget, decode rows included: {rows}"
     assert all(sum(n for _, n, _ in rows) <= 16 for _, rows in batches), "no batch exceeds the budget"
     gaps = longest_gaps(batches, range(3))
     assert all(g == 1 for g in gaps.values()), f"longest gap (in batches) between two tokens of each request: {gaps}"
@@ -182,7 +183,8 @@ def test_aborts_while_mixing_free_everything(overlap):
               overlap=overlap, enable_mixed_chunk=True)
     sched = llm.scheduler
     for uid, ids in enumerate(prompts):
-        sched.add_request(PendingReq(uid, torch.tensor(ids, dtype=torch.int32), SamplingParams(max_tokens=10, ignore_eos=True)))
+        params = SamplingParams(max_tokens=10, ignore_eos=True)
+        sched.add_request(PendingReq(uid, torch.tensor(ids, dtype=torch.int32), params))
     aborted = []
 
     def on_step() -> None:
