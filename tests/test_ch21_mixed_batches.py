@@ -32,19 +32,28 @@ def make_req(uid: int, prompt_len: int, cached: int = 0) -> Req:
     return Req(torch.arange(1, prompt_len + 1, dtype=torch.int32), uid, cached, 4, uid, SamplingParams(max_tokens=4))
 
 
-@pytest.mark.stubs("Batch.mixed", "Batch.prefill_reqs")
+@pytest.mark.stubs("Batch.prefill_reqs")
+def test_a_batch_knows_its_prompt_rows_and_its_decode_rows():
+    chunk, prompt = make_req(0, 12), make_req(1, 5)
+    running = [make_req(2, 7, cached=6), make_req(3, 3, cached=2)]
+    mixed = Batch([chunk, prompt, *running], "mixed", num_prefill=2)
+    assert mixed.prefill_reqs == [chunk, prompt], f"prefill rows of the mixed batch: {mixed.prefill_reqs}"
+    assert mixed.decode_reqs == running, f"decode rows of the mixed batch: {mixed.decode_reqs}"
+    assert Batch(running, "decode").prefill_reqs == [], "a decode batch computes no prompt tokens"
+    assert Batch([chunk, prompt], "prefill").prefill_reqs == [chunk, prompt], "a prefill batch: every request"
+    with pytest.raises(ValueError, match="num_prefill"):
+        Batch([chunk, *running], "mixed")  # where the decode rows start must be said
+
+
+@pytest.mark.stubs("Batch.mixed")
 def test_a_mixed_batch_lists_its_prompt_rows_first():
     chunk, prompt = make_req(0, 12), make_req(1, 5)
     running = [make_req(2, 7, cached=6), make_req(3, 3, cached=2)]
     batch = Batch.mixed(Batch([chunk, prompt], "prefill"), Batch(running, "decode"))
     assert batch.phase == "mixed" and batch.reqs == [chunk, prompt, *running], "prompt rows first, then decode rows"
-    assert batch.prefill_reqs == [chunk, prompt], f"prefill rows of the mixed batch: {batch.prefill_reqs}"
-    assert batch.decode_reqs == running, f"decode rows of the mixed batch: {batch.decode_reqs}"
-    assert Batch(running, "decode").prefill_reqs == [] and Batch([chunk], "prefill").prefill_reqs == [chunk]
+    assert batch.num_prefill == 2, f"the decode rows start at 2, got num_prefill={batch.num_prefill}"
     with pytest.raises(ValueError, match="decode"):
         Batch.mixed(Batch(running, "decode"), Batch([chunk], "prefill"))
-    with pytest.raises(ValueError, match="num_prefill"):
-        Batch([chunk, *running], "mixed")  # where the decode rows start must be said
 
 
 @pytest.mark.stubs("PrefillManager.schedule_next_batch")
