@@ -31,7 +31,6 @@ TODO_LINE = re.compile(r"^\s*# TODO\((ch\d\d)\):")
 # The design's chapter plan (section 6): chapters that are planned but not built yet. A command naming one
 # says so instead of "does not exist"; tests/course/test_tooling.py keeps this table and solutions/ apart.
 PLANNED = {
-    21: "mixed prefill + decode batches",
 }
 
 
