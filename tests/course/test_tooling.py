@@ -133,7 +133,7 @@ def test_serve_refuses_a_tree_without_a_server_and_a_missing_model_at_once():
         "the finished engine)"], f"exit code {early.returncode}: {early.stdout}{early.stderr}"
     proc = _course("serve", "--max-running-reqs", "4", MODEL="/nonexistent/model")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, smollm2)"
+        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, tiny-qwen3-moe, smollm2)"
     ], f"server flags pass through, and a bad MODEL is one line: {proc.stdout}{proc.stderr}"
 
 
