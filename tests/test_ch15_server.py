@@ -157,6 +157,51 @@ def test_a_client_that_leaves_aborts_its_request():
         f"the client left before the end: the request must be aborted (aborted {frontend.aborted})"
 
 
+class QueueFrontend(FakeFrontend):
+    """submit() hands out a queue already holding the replies the workers would send."""
+
+    def __init__(self, replies: list) -> None:
+        super().__init__()
+        self.replies = replies
+
+    def submit(self, req):
+        queue = asyncio.Queue()
+        for r in self.replies:
+            queue.put_nowait(r)
+        return 7, queue
+
+
+def run_complete(replies: list, request=None, **body):
+    from minisgl.server.api_server import complete
+
+    frontend = QueueFrontend(replies)
+    req = CompletionRequest(prompt="x", **body)
+    response = asyncio.run(complete(frontend, req, request or FakeRequest(), "m"))
+    return response, frontend
+
+
+@pytest.mark.stubs("complete")
+def test_complete_answers_one_body_or_refuses_before_any_response():
+    from minisgl.message import ErrorReply
+
+    replies = [UserReply(7, "a", False, None, 3, 1), UserReply(7, "", False, None, 3, 2),
+               UserReply(7, "bc", True, "length", 3, 3)]
+    response, frontend = run_complete(replies)
+    body = json.loads(response.body)
+    assert response.status_code == 200 and body["object"] == "text_completion", f"{response.status_code}: {body}"
+    assert (body["choices"][0]["text"], body["choices"][0]["finish_reason"]) == ("abc", "length"), body
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}, body["usage"]
+    assert frontend.finished == [7] and frontend.aborted == [], "a finished request gives its queue back"
+    with pytest.raises(APIError) as refused:
+        run_complete([ErrorReply(7, "the prompt is empty")])
+    assert refused.value.status == 400 and "empty" in refused.value.message, "an ErrorReply is a 400"
+    _, gone = run_complete([UserReply(7, "a", False, None, 3, 1)], request=FakeRequest(gone_after=1))
+    assert gone.aborted == [7], "a client that leaves while waiting aborts its request"
+    streamed, frontend = run_complete(replies, stream=True)
+    assert streamed.media_type == "text/event-stream" and frontend.aborted == [], \
+        "a streamed request gets an event stream (which owns the request from then on)"
+
+
 # ---- a real server ------------------------------------------------------------------------------------------
 
 def free_port() -> int:
