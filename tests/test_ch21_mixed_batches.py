@@ -262,3 +262,36 @@ def test_mixed_batches_on_every_gpu_backend_with_graphs_for_decode_only(backend,
         sure = next((i for i, gap in enumerate(gaps) if gap < BF16_MARGIN), len(gaps))
         assert outputs[uid][:sure] == want[:sure], f"bf16 request {uid} differs before HF's first near-tie ({sure})"
     assert_clean(llm)
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+def test_only_rows_that_end_a_prompt_or_decode_are_sampled():
+    """A chunk of an unfinished prompt shares its batch with decode rows but is not sampled: the sampler sees
+    exactly the decode rows and the prompts that end in this batch."""
+    seen = []  # per batch: (phase, holds a chunk, rows to sample, rows the sampler saw)
+
+    def spy(llm):
+        engine = llm.engine
+        sample, forward, calls = engine.sampler.sample, engine.forward_batch, []
+
+        def counted_sample(logits, args):
+            calls.append(logits.shape[0])
+            return sample(logits, args)
+
+        def counted_forward(batch):
+            calls.clear()
+            out = forward(batch)
+            chunks = sum(isinstance(r, ChunkedReq) for r in batch.reqs)
+            seen.append((batch.phase, chunks > 0, len(batch.reqs) - chunks, sum(calls)))
+            return out
+
+        engine.sampler.sample, engine.forward_batch = counted_sample, counted_forward
+
+    prompts, outputs, batches, llm = arrival_run(before_run=spy)
+    wrong = [s for s in seen if s[2] != s[3]]
+    assert not wrong, f"(phase, chunk?, rows to sample, rows the sampler saw) that differ: {wrong[:3]}"
+    assert any(phase == "mixed" and chunk and rows for phase, chunk, rows, _ in seen), \
+        "the scenario must run a mixed batch that holds a chunk and decode rows"
+    for uid, ids in enumerate(prompts):
+        assert outputs[uid] == hf_greedy("tiny-qwen3", ids, 20 if uid < 3 else 8), f"request {uid} differs from HF"
+    assert_clean(llm)

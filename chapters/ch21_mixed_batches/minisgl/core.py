@@ -113,6 +113,11 @@ class Req:
         return self.remain_len > 0
 
     @property
+    def samples(self) -> bool:
+        """Whether its forward pass samples a token (chapter 21: a chunk of an unfinished prompt does not)."""
+        return True
+
+    @property
     def output_ids(self) -> list[int]:
         return self.input_ids[self.prompt_len :].tolist()
 

@@ -29,6 +29,10 @@ class ChunkedReq(Req):
     def can_decode(self) -> bool:
         return False
 
+    @property
+    def samples(self) -> bool:
+        return False  # its last row is no request's next token: nothing to sample
+
 
 class PrefillAdder:
     """Builds one prefill batch. Admission never lets the KV pool run dry later: a request is admitted only
