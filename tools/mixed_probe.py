@@ -20,6 +20,7 @@ The GPU model is chapter 22's random Qwen3-0.6B shape in bf16; --quick uses tiny
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import time
@@ -63,7 +64,12 @@ class Probe:
         self.max_extend_tokens = max_extend_tokens
 
     def llm(self, workload: Workload, mixed: bool, budget: int) -> LLM:
+        """An engine for one run. Its KV pool is sized from the workload, never from free memory: an engine sizes
+        its pool from the memory free when it starts, so a run after another one (whose memory the allocator may
+        still hold) would get a smaller pool, and mixing off and on would not be compared on equal terms."""
         kwargs, overlap = ours_config("ours", self.device, workload)
+        page = kwargs.get("page_size", 1)
+        kwargs["num_pages"] = sum(-(-(len(ids) + n) // page) for ids, n in workload) + 1  # every request at once
         llm = LLM(self.model, max_extend_tokens=budget, overlap=overlap, enable_mixed_chunk=mixed, dtype=self.dtype,
                   **kwargs)
         llm.generate([workload[0][0][:8]], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up, untimed
@@ -87,8 +93,18 @@ class Probe:
         wall = time.perf_counter() - t0
         phases = [phase for phase, _ in sched.history]
         sched.check_integrity()
+        slots = sched.cache_manager.num_slots
+        self.release(llm)
         return {**latency_report(clock.ordered(uids), wall), "batches": len(phases),
-                "mixed_batches": phases.count("mixed")}
+                "mixed_batches": phases.count("mixed"), "kv_slots": slots}
+
+    def release(self, llm: LLM) -> None:
+        """Give the engine's memory back before the next run starts."""
+        llm.scheduler.on_token = llm.scheduler.on_batch = None
+        del llm
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def arrival(self, decoders: Workload, long_prompt: list[int], long_output: int, arrive_after: int,
                 budget: int, mixed: bool) -> dict:
@@ -117,8 +133,11 @@ class Probe:
         sched.check_integrity()
         steady = latency_report(clock.ordered(uids), wall)
         long_ttft, _ = request_latencies(clock.traces[long_uid])
+        mixed_batches = [phase for phase, _ in sched.history].count("mixed")
+        slots = sched.cache_manager.num_slots
+        self.release(llm)
         return {"decoders": steady, "long_prompt_ttft_ms": round(1000 * long_ttft, 2),
-                "mixed_batches": [phase for phase, _ in sched.history].count("mixed")}
+                "mixed_batches": mixed_batches, "kv_slots": slots}
 
     @staticmethod
     def _submit(sched, workload: Workload, first_uid: int) -> list[int]:
