@@ -202,6 +202,44 @@ def test_complete_answers_one_body_or_refuses_before_any_response():
         "a streamed request gets an event stream (which owns the request from then on)"
 
 
+def test_a_bad_reply_frame_does_not_stop_the_front_ends_receiver():
+    """The thread that reads the workers' replies skips a frame that does not decode and goes on."""
+    from minisgl.message import MessageError
+    from minisgl.server.api_server import Frontend
+
+    class Replies:
+        def __init__(self):
+            self.script = [MessageError("garbage"), UserReply(5, "hi", True, "length", 1, 1)]
+
+        def get(self, timeout=None):
+            if not self.script:
+                time.sleep(timeout or 0)
+                return None
+            item = self.script.pop(0)
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+    class Workers:
+        replies = Replies()
+
+        @staticmethod
+        def dead_worker():
+            return None
+
+    async def run():
+        frontend = Frontend(Workers())
+        queue = frontend.queues[5] = asyncio.Queue()
+        frontend.start(asyncio.get_running_loop())
+        try:
+            return await asyncio.wait_for(queue.get(), 5)
+        finally:
+            frontend.stop()
+
+    reply = asyncio.run(run())
+    assert reply.incremental_output == "hi", f"the reply after a bad frame must still arrive, got {reply}"
+
+
 # ---- a real server ------------------------------------------------------------------------------------------
 
 def free_port() -> int:

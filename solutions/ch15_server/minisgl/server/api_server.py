@@ -24,7 +24,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
-from minisgl.message import AbortMsg, BatchFrontendMsg, ErrorReply, GetStatusMsg, StatusReply, UserReply
+from minisgl.message import (AbortMsg, BatchFrontendMsg, ErrorReply, GetStatusMsg, MessageError, StatusReply,
+                             UserReply)
 from minisgl.server.args import ServerArgs
 from minisgl.server.launch import Workers
 from minisgl.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
