@@ -67,7 +67,11 @@ class Frontend:
     def _receive(self) -> None:
         """Runs in a thread (only it touches the reply socket): replies go to the event loop, in order."""
         while not self._stop.is_set():
-            msg = self.workers.replies.get(timeout=0.2)
+            try:
+                msg = self.workers.replies.get(timeout=0.2)
+            except MessageError as e:  # a frame that does not decode: reported, the next one is read
+                print(f"front end: dropped a bad frame: {e}", file=sys.stderr, flush=True)
+                continue
             if msg is not None:
                 replies = msg.data if isinstance(msg, BatchFrontendMsg) else [msg]
                 self.loop.call_soon_threadsafe(self._dispatch, replies)
