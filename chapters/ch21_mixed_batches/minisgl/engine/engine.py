@@ -92,7 +92,6 @@ class Engine:
             raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {params.max_tokens} exceeds "
                              f"max_seq_len {self.max_seq_len}")
 
-    @torch.inference_mode()
     def _sample(self, logits: torch.Tensor, reqs: list) -> torch.Tensor:
         """One token per request; a chunk of an unfinished prompt (chapter 21: it may share its batch with decode
         rows) is not sampled, and gets token 0, which nobody reads."""
@@ -106,6 +105,7 @@ class Engine:
             tokens[index] = self.sampler.sample(logits[index], BatchSamplingArgs.from_reqs(picked, self.device))
         return tokens
 
+    @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> torch.Tensor:
         """Run a prepared batch (input_ids, positions, out_loc set; slots mapped) and sample one token each.
 
