@@ -71,6 +71,27 @@ def test_decode_kernel_matches_float64(hq, hkv, dim, dtype, tol):
     assert out.dtype == dtype and rel_err(out, ref) < tol
 
 
+@pytest.mark.stubs("_attend_block")
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_split_k_decode_merges_slices_to_the_float64_result(splits, dtype, tol):
+    """Split-K: each request's positions are cut into `splits` slices of whole blocks of 16, so the request of
+    length 1 (and the one of 33 with 8 splits) has empty slices, which the merge must ignore."""
+    lens = [1, 70, 33, 129, 16]
+    hq, hkv, dim = 6, 2, 32
+    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype, seed=4)
+    q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(5)).to(DEVICE, dtype)
+    seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=16, splits=splits)
+    ref = torch.stack([reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
+                       for i, n in enumerate(lens)])
+    for i, n in enumerate(lens):
+        err = rel_err(out[i], ref[i])
+        assert err < tol, f"request of length {n} with {splits} splits: relative error {err:.2e}"
+    with pytest.raises(ValueError, match="splits"):
+        paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, splits=0)
+
+
 @pytest.mark.stubs("_attend_block", "_extend_kernel")
 @pytest.mark.parametrize("dtype,tol", DTYPES)
 @pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64)])

@@ -190,9 +190,11 @@ def test_kernels_agree_with_the_torch_ops(dtype):
 # ----------------------------------------------------------------------------- q/k norm + RoPE, SiLU-and-mul
 @pytest.mark.parametrize("dtype", [torch.float32, *LOW])
 @pytest.mark.parametrize("norm", [True, False], ids=["qwen3", "llama"])
-def test_qk_norm_rope_kernel_equals_the_torch_chain_in_place(dtype, norm):
-    """q and k sliced out of a QKV output, positions a strided view (as a decode batch hands them over)."""
-    tokens, q_heads, kv_heads, dim = 7, 4, 2, 64
+@pytest.mark.parametrize("q_heads,kv_heads", [(4, 2), (6, 3)])
+def test_qk_norm_rope_kernel_equals_the_torch_chain_in_place(dtype, norm, q_heads, kv_heads):
+    """q and k sliced out of a QKV output, positions a strided view (as a decode batch hands them over); head
+    counts that are not powers of two leave lanes of the kernel's tile of heads unused."""
+    tokens, dim = 7, 64
     g = gen(11)
     qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * dim, generator=g).to(DEVICE, dtype)
     q = qkv[:, : q_heads * dim].view(tokens, q_heads, dim)

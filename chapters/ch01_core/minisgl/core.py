@@ -93,7 +93,11 @@ class Req:
         self.prompt_len = len(self.input_ids)
         self.device_len = len(self.input_ids)
         self.max_device_len = len(self.input_ids) + self.output_len
-        self._host_buffer: torch.Tensor | None = None  # append_host's storage (input_ids a view of it)
+        # append_host's storage: a buffer (and a numpy view of the same memory), input_ids a view of its first
+        # _host_len entries
+        self._host_buffer: torch.Tensor | None = None
+        self._host_np = None
+        self._host_view: torch.Tensor | None = None
         self._host_len = 0
         if not 0 <= self.cached_len < self.device_len:
             raise ValueError(f"cached_len {self.cached_len} must be in [0, {self.device_len})")

@@ -58,7 +58,9 @@ class Scheduler:
 
     def schedule_next_batch(self) -> Batch | None:
         """Prefill first (waiting requests get their first token sooner), otherwise decode all running requests."""
-        batch = self.prefill_manager.schedule_next_batch(self.decode_manager.reserved_slots())
+        # The running requests' reservation is a sum over all of them: only worth it when a prompt waits.
+        reserved = self.decode_manager.reserved_slots() if self.prefill_manager.pending else 0
+        batch = self.prefill_manager.schedule_next_batch(reserved)
         return batch if batch is not None else self.decode_manager.schedule_next_batch()
 
     def is_finished(self, req: Req) -> bool:

@@ -4,6 +4,7 @@ Chapter 18 reads a decode batch with one indexed read per table (its graphs repl
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from minisgl.core import Batch
@@ -35,7 +36,8 @@ def prepare_batch(batch: Batch, token_pool: torch.Tensor, page_table: torch.Tens
 def _prepare_decode(batch: Batch, token_pool: torch.Tensor, page_table: torch.Tensor) -> None:
     """One new token per request: one indexed read of each table (a single host-to-device copy of the
     (row, position) pairs), not a slice and a cat per request."""
-    index = torch.tensor([[r.table_idx, r.cached_len] for r in batch.reqs])
+    pairs = [v for r in batch.reqs for v in (r.table_idx, r.cached_len)]  # flat, through numpy: the cheapest way
+    index = torch.from_numpy(np.array(pairs, dtype=np.int64)).view(-1, 2)
     rows, cols = index.to(token_pool.device, non_blocking=True).unbind(1)
     batch.input_ids = token_pool[rows, cols]
     batch.out_loc = page_table[rows, cols]

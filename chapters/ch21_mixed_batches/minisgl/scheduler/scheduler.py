@@ -89,7 +89,8 @@ class Scheduler:
         """Prefill first (waiting requests get their first token sooner), otherwise decode all running requests.
         With enable_mixed_chunk, the running requests decode in the prefill batch's forward pass (one mixed
         batch), so a long prompt no longer holds their next token back until its last chunk has run."""
-        reserved = self.decode_manager.reserved_slots()
+        # The running requests' reservation is a sum over all of them: only worth it when a prompt waits.
+        reserved = self.decode_manager.reserved_slots() if self.prefill_manager.pending else 0
         if not self.enable_mixed_chunk:
             batch = self.prefill_manager.schedule_next_batch(reserved)
             return batch if batch is not None else self.decode_manager.schedule_next_batch()
@@ -97,11 +98,12 @@ class Scheduler:
         # token per decode row; mix them when both exist, else return whichever exists (None if neither).
         raise NotImplementedError("TODO(ch21): Scheduler.schedule_next_batch")
 
-    def is_finished(self, req: Req) -> bool:
-        """Judged on the host copy of the sequence: with overlap, the device side is a batch ahead."""
+    def is_finished(self, req: Req, token: int) -> bool:
+        """Judged on the host copy of the sequence, whose last token is `token` (with overlap, the device side is
+        a batch ahead). Plain ints: this runs for every request at every step."""
         eos = self.engine.model_config.eos_token_ids
-        hit_eos = not req.sampling_params.ignore_eos and int(req.input_ids[-1]) in eos
-        return len(req.input_ids) >= req.max_device_len or hit_eos
+        hit_eos = not req.sampling_params.ignore_eos and token in eos
+        return req.input_ids.shape[0] >= req.max_device_len or hit_eos
 
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
@@ -125,7 +127,7 @@ class Scheduler:
             req.append_host(token)
             if self.on_token is not None:
                 self.on_token(req, token)
-            if self.is_finished(req):
+            if self.is_finished(req, token):
                 if req in self.decode_manager.running:
                     self.decode_manager.remove(req)
                 self._free(req)

@@ -29,15 +29,17 @@ from minisgl.core import Batch, SamplingParams
 from minisgl.env import ENV
 from minisgl.scheduler.utils import PendingReq
 
-# name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19)
+# name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19, split-K decode
+# of chapter 17)
 OURS = {
-    "ours": ("auto", True, True, True),
-    "ours-fa": ("fa", True, True, True),
-    "ours-no-graphs": ("auto", True, False, True),
-    "ours-no-overlap": ("auto", False, True, True),
-    "ours-no-fused": ("auto", True, True, False),
-    "ours-triton": ("triton", True, True, True),
-    "ours-torch": ("torch", True, True, True),
+    "ours": ("auto", True, True, True, True),
+    "ours-fa": ("fa", True, True, True, True),
+    "ours-no-graphs": ("auto", True, False, True, True),
+    "ours-no-overlap": ("auto", False, True, True, True),
+    "ours-no-fused": ("auto", True, True, False, True),
+    "ours-no-splitk": ("auto", True, True, True, False),
+    "ours-triton": ("triton", True, True, True, True),
+    "ours-torch": ("torch", True, True, True, True),
 }
 HF = ("hf-static", "hf-cb")
 _uids = itertools.count(1 << 40)  # far from LLM.generate's own uids (0, 1, ...), unique within a process
@@ -104,7 +106,7 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
     flash-attn is installed (its paged kernels need them; the waste of up to 255 slots per request does not
     matter with 140 GB, and random prompts share no prefix that smaller pages could reuse), else pages of 1.
     """
-    backend, overlap, graphs, _ = OURS[name]
+    backend, overlap, graphs = OURS[name][:3]
     fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if page_size is None:
         page_size = 256 if backend in ("auto", "fa", "hybrid") and fa else 1
@@ -125,16 +127,25 @@ def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: fl
     abort what is left after max_seconds)."""
     from minisgl.llm import LLM
 
+    try:
+        from minisgl.kernel.triton import attention as triton_attention
+    except ImportError:  # no triton: no split-K to turn off
+        triton_attention = None
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if str(device) == "auto" else device)
     kwargs, overlap = ours_config(name, device, workload, page_size, cuda_graph_max_bs)
-    saved_env = env.ENV
-    if not OURS[name][3]:  # the fused kernels read the setting at every call (chapter 19)
+    saved_env, saved_splits = env.ENV, triton_attention.MAX_SPLITS if triton_attention else None
+    fused, split_k = OURS[name][3:]
+    if not fused:  # the fused kernels read the setting at every call (chapter 19)
         env.ENV = dataclasses.replace(saved_env, FUSED_KERNELS="off")
+    if not split_k and triton_attention:  # the decode kernel reads its cap on slices at every call (chapter 17)
+        triton_attention.MAX_SPLITS = 1
     try:
         return _run_ours(LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype,
                              **kwargs), workload, name, max_seconds, max_extend_tokens, device)
     finally:
         env.ENV = saved_env
+        if triton_attention:
+            triton_attention.MAX_SPLITS = saved_splits
 
 
 def _run_ours(llm, workload: Workload, name: str, max_seconds: float | None, max_extend_tokens: int,
@@ -170,9 +181,18 @@ def _run_ours(llm, workload: Workload, name: str, max_seconds: float | None, max
     config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.overlap,
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
-              "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS}
+              "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,
+              "max_decode_splits": _max_decode_splits()}
     del llm, engine
     return RunOutput(clock.ordered(uids), wall, outputs, log.steps, log.phases, config, capped)
+
+
+def _max_decode_splits() -> int | None:
+    try:
+        from minisgl.kernel.triton.attention import MAX_SPLITS
+    except ImportError:
+        return None
+    return MAX_SPLITS
 
 
 # ----------------------------------------------------------------------------------------------- Hugging Face

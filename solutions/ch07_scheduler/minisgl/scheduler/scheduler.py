@@ -61,7 +61,9 @@ class Scheduler:
         # TODO(ch07): ask the prefill manager for a batch, passing the slots the running requests still need;
         # if it has none, fall back to the decode manager's batch.
         # >>> solution
-        batch = self.prefill_manager.schedule_next_batch(self.decode_manager.reserved_slots())
+        # The running requests' reservation is a sum over all of them: only worth it when a prompt waits.
+        reserved = self.decode_manager.reserved_slots() if self.prefill_manager.pending else 0
+        batch = self.prefill_manager.schedule_next_batch(reserved)
         return batch if batch is not None else self.decode_manager.schedule_next_batch()
         # <<< solution
 

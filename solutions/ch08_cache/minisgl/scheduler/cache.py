@@ -74,13 +74,19 @@ class CacheManager:
         # with one indexed assignment (rows and columns built on the CPU, moved to the table's device).
         # >>> solution
         ps = self.page_size
-        spans = [(r.table_idx, div_ceil(r.cached_len, ps), div_ceil(r.device_len, ps)) for r in reqs]
-        needed = sum(last - first for _, first, last in spans)
-        if needed == 0:
+        # Only the requests that lack a page (in a decode step with large pages, a few of the batch): the rest
+        # cost no tensor operation, since this runs at every step.
+        spans = [(r.table_idx, first, last) for r in reqs
+                 if (first := div_ceil(r.cached_len, ps)) < (last := div_ceil(r.device_len, ps))]
+        if not spans:
             return
-        slots = self._page_slots(self._allocate(needed))
-        rows = torch.cat([torch.full(((last - first) * ps,), row) for row, first, last in spans])
-        cols = torch.cat([torch.arange(first * ps, last * ps) for _, first, last in spans])
+        slots = self._page_slots(self._allocate(sum(last - first for _, first, last in spans)))
+        # Span i writes columns first_i*ps .. last_i*ps-1 of row_i: the same few tensor ops for any batch.
+        rows, firsts, lasts = torch.tensor(spans).unbind(1)
+        counts = (lasts - firsts) * ps
+        offsets = torch.arange(len(slots)) - (torch.cumsum(counts, 0) - counts).repeat_interleave(counts)
+        cols = (firsts * ps).repeat_interleave(counts) + offsets
+        rows = rows.repeat_interleave(counts)
         # non_blocking: the CPU need not wait for the GPU to drain its queue (see make_metadata, chapter 5)
         index = (rows.to(self.device, non_blocking=True), cols.to(self.device, non_blocking=True))
         self.page_table[index] = slots.to(self.device, non_blocking=True)

@@ -4,7 +4,7 @@
     python -m minisgl.benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
 
 Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256 and at batch 8,
-a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-triton, ours-torch,
+a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-no-splitk, ours-triton, ours-torch,
 hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one). One
 process can run several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
 in one file (or several, which the report merges). `--quick` shrinks everything to seconds on a CPU.
@@ -190,6 +190,11 @@ def run_micro(bench: Bench) -> dict:
     except ImportError as e:
         kernel = {"skipped": f"triton is not importable: {e}"}
     out["decode_kernel"] = kernel
+    if bench.device.type == "cuda" and "skipped" not in kernel:  # split-K pays only where programs are few
+        from minisgl.benchmark.micro import decode_split_sweep
+
+        out["decode_splits"] = decode_split_sweep(bench.device, mc.num_qo_heads, mc.num_kv_heads, mc.head_dim,
+                                                  bench.dtype)
     # One decode step of the whole engine at a large batch, in our best configuration.
     batch, prompt, steps, skip = ((8, 16, 8, 2) if quick else (args.decode_batch, args.decode_prompt,
                                                                 args.decode_steps, 4))

@@ -57,8 +57,10 @@ def matmul_flops(device: torch.device, dtype: torch.dtype, n: int | None = None,
 
 
 def decode_kernel_bandwidth(device: torch.device, context_lens: list[int], q_heads: int = 16, kv_heads: int = 8,
-                            head_dim: int = 128, dtype: torch.dtype = torch.bfloat16, iters: int = 50) -> dict:
-    """Chapter 17's Triton decode kernel on one layer: KV bytes read per second.
+                            head_dim: int = 128, dtype: torch.dtype = torch.bfloat16, iters: int = 50,
+                            splits: int | None = None) -> dict:
+    """Chapter 17's Triton decode kernel on one layer: KV bytes read per second (`splits`: split-K slices per
+    request, None for the kernel's own choice).
 
     Request i's tokens sit in consecutive slots, as a freshly filled pool with pages of one slot hands them
     out; the page table still gives the kernel one slot per position, so it gathers exactly as in the engine.
@@ -79,12 +81,28 @@ def decode_kernel_bandwidth(device: torch.device, context_lens: list[int], q_hea
     q = torch.randn(len(context_lens), q_heads, head_dim, device=device, dtype=dtype, generator=gen)
     rows = torch.arange(len(context_lens), dtype=torch.int32, device=device)
     seq_lens = lens.to(device)
-    t = seconds_per_call(lambda: paged_decode_attention(q, k, v, table, rows, seq_lens, head_dim**-0.5), device,
-                         iters)
+    t = seconds_per_call(lambda: paged_decode_attention(q, k, v, table, rows, seq_lens, head_dim**-0.5,
+                                                        splits=splits), device, iters)
     kv_bytes = 2 * slots * kv_heads * head_dim * k.element_size()
-    return {"batch": len(context_lens), "mean_context": slots / len(context_lens), "q_heads": q_heads,
+    return {"batch": len(context_lens), "mean_context": slots / len(context_lens), "q_heads": q_heads, "splits": splits,
             "kv_heads": kv_heads, "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch."),
             "kv_bytes": kv_bytes, "seconds": t, "gbs": kv_bytes / t / 1e9}
+
+
+def decode_split_sweep(device: torch.device, q_heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                       batches: tuple[int, ...] = (1, 8, 32, 64, 128, 256), context: int = 1024,
+                       splits: tuple[int, ...] = (1, 2, 4, 8, 16), iters: int = 20) -> list[dict]:
+    """The decode kernel at each batch size with each number of split-K slices, and with its own choice
+    (splits None): the table that chooses how many slices a batch gets."""
+    from minisgl.kernel.triton.attention import decode_splits
+
+    rows = []
+    for batch in batches:
+        for n in (*splits, None):
+            r = decode_kernel_bandwidth(device, [context] * batch, q_heads, kv_heads, head_dim, dtype, iters, n)
+            r["auto_splits"] = decode_splits(batch, kv_heads, device) if n is None else None
+            rows.append(r)
+    return rows
 
 
 def decode_step_time(llm, batch: int, prompt_len: int, steps: int, weight_bytes: int, kv_per_token: int,

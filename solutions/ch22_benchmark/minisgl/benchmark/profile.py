@@ -9,7 +9,9 @@ Three views, written as profile.json, profile.md (tables for the book) and profi
    host's aten::cat calls, and the kernels that take the most time.
 2. the per-phase timeline of the whole benchmark workload: how long each batch took on the host clock of the
    scheduler loop (with overlap the loop runs as fast as the GPU once the GPU is the bottleneck), summed by
-   phase: prefill, and decode by batch size (129-256, 33-128, 9-32, 1-8).
+   phase: prefill, and decode by batch size (129-256, 33-128, 9-32, 1-8); and how much of it the host spent
+   waiting for the GPU. A phase whose wait is near zero is bound by the host: the GPU finished each batch
+   before the loop had the next one ready.
 """
 
 from __future__ import annotations
@@ -101,18 +103,42 @@ def decode_shape(batch: int, prompt: int, steps: int) -> Workload:
     return [(torch.randint(0, 10000, (prompt,), generator=gen).tolist(), steps) for _ in range(batch)]
 
 
+def timed_waits(scheduler) -> list[float]:
+    """Record, per loop iteration, how long the host waits for the GPU to finish the batch it processes
+    (the previous iteration's, with overlap). Returns the list it appends to."""
+    waits: list[float] = []
+    process = scheduler._process
+
+    def waiting_process(data) -> None:
+        t = time.perf_counter()
+        if data is not None and data.ready is not None:
+            data.ready.synchronize()
+        waits.append(time.perf_counter() - t)
+        process(data)
+
+    scheduler._process = waiting_process
+    return waits
+
+
 def timeline(llm, workload: Workload) -> dict:
-    log, marks, t0 = run_loop(llm, workload)
+    waits = timed_waits(llm.scheduler)
+    try:
+        log, marks, t0 = run_loop(llm, workload)
+    finally:
+        del llm.scheduler._process  # the method of the class again
     times = [b - a for a, b in zip([t0, *marks], marks)][: len(log.phases)]
-    by: dict[str, list[float]] = {name: [0, 0.0] for name, _ in PHASES}
+    # Iteration i launches batch i and waits for batch i - 1 (overlap): the wait belongs to batch i - 1.
+    waited = (waits[1:] + [0.0])[: len(times)] if llm.scheduler.overlap else waits[: len(times)]
+    by: dict[str, list[float]] = {name: [0, 0.0, 0.0] for name, _ in PHASES}
     points = []
-    for phase, (contexts, _), dt in zip(log.phases, log.steps, times):
+    for phase, (contexts, _), dt, wait in zip(log.phases, log.steps, times, waited):
         name = phase_of(phase, len(contexts))
         by[name][0] += 1
         by[name][1] += dt
-        points.append((phase, len(contexts), dt))
-    return {"wall_s": marks[-1] - t0, "phases": {k: {"steps": n, "seconds": s} for k, (n, s) in by.items()},
-            "points": points}
+        by[name][2] += wait
+        points.append((phase, len(contexts), dt, wait))
+    return {"wall_s": marks[-1] - t0, "points": points,
+            "phases": {k: {"steps": n, "seconds": s, "gpu_wait_s": w} for k, (n, s, w) in by.items()}}
 
 
 def markdown(result: dict) -> str:
@@ -127,10 +153,11 @@ def markdown(result: dict) -> str:
         out += [f"| `{t['kernel']}` | {t['per_step']:.0f} | {t['ms']:.3f} |" for t in k["top"]]
     t = result["timeline"]
     out += ["", f"Timeline of the benchmark workload: {t['wall_s']:.2f} s in all.", "",
-            "| phase | steps | seconds | ms/step |", "|---|---:|---:|---:|"]
+            "| phase | steps | seconds | ms/step | host waiting for the GPU (ms/step) |", "|---|---:|---:|---:|---:|"]
     for name, p in t["phases"].items():
         if p["steps"]:
-            out.append(f"| {name} | {p['steps']} | {p['seconds']:.2f} | {1000 * p['seconds'] / p['steps']:.2f} |")
+            out.append(f"| {name} | {p['steps']} | {p['seconds']:.2f} | {1000 * p['seconds'] / p['steps']:.2f} | "
+                       f"{1000 * p['gpu_wait_s'] / p['steps']:.2f} |")
     return "\n".join(out) + "\n"
 
 

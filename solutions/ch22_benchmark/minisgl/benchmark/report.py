@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["ours", "ours-fa", "ours-no-graphs", "ours-no-overlap", "ours-no-fused", "ours-triton", "ours-torch",
+ORDER = ["ours", "ours-fa", "ours-no-graphs", "ours-no-overlap", "ours-no-fused", "ours-no-splitk", "ours-triton", "ours-torch",
          "nano-vllm", "hf-static", "hf-cb"]
 TARGET_X_HF = 20  # output throughput target: this many times HF static generate
 TARGET_X_NANO = 1.5  # ... and this many times nano-vllm, the strongest peer that runs here
@@ -60,6 +60,7 @@ def _describe(r: dict) -> str:
         graphs = c.get("cuda_graph_max_bs")
         graphs = "no graphs" if not graphs else f"graphs up to batch {graphs}"
         fused = ", fused kernels off" if c.get("fused_kernels") == "off" else ""
+        fused += ", split-K decode off" if c.get("max_decode_splits") == 1 else ""
         text = (f"{_backend(c.get('attention_backend', '?'))}, pages of {c.get('page_size')}, "
                 f"overlap {'on' if c.get('overlap') else 'off'}, {graphs}{fused}")
     elif r["system"] == "nano-vllm":

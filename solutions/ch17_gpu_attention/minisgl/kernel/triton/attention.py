@@ -48,14 +48,19 @@ def _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i
 
 
 @triton.jit
-def _decode_kernel(Q, K, V, O, PageTable, TableIdx, SeqLens, scale,
-                   stride_qb, stride_qh, stride_kn, stride_kh, stride_ob, stride_oh, stride_pt,
+def _decode_kernel(Q, K, V, O, Lse, PageTable, TableIdx, SeqLens, scale,
+                   stride_qb, stride_qh, stride_kn, stride_kh, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                   stride_pt,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                   PRECISION: tl.constexpr):
-    # One program per (request, kv head): the GROUP query heads sharing that kv head read each key once. Their
-    # queries form a [BLOCK_G, D] tile (rows past GROUP are zeros: tl.dot needs 16 rows) that sees every key.
+                   PRECISION: tl.constexpr, SPLITS: tl.constexpr):
+    # One program per (request, kv head, split): the GROUP query heads sharing that kv head read each key once.
+    # Their queries form a [BLOCK_G, D] tile (rows past GROUP are zeros: tl.dot needs 16 rows). With SPLITS > 1
+    # (split-K, for batches too small to fill the GPU) each program sees one slice of the request's positions
+    # and stores a partial result for _merge_splits_kernel; with SPLITS == 1 it sees them all and stores the
+    # output itself.
     b = tl.program_id(0)
     kvh = tl.program_id(1)
+    split = tl.program_id(2)
     row = tl.load(TableIdx + b).to(tl.int64)
     seq_len = tl.load(SeqLens + b)
     g = tl.arange(0, BLOCK_G)
@@ -66,12 +71,43 @@ def _decode_kernel(Q, K, V, O, PageTable, TableIdx, SeqLens, scale,
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
-    for start in range(0, seq_len, BLOCK_N):
+    # This program's slice: whole blocks, so the slices of one request never overlap. A slice past the end of a
+    # short request is empty.
+    per_split = tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(seq_len, lo + per_split)
+    for start in range(lo, hi, BLOCK_N):
         m_i, l_i, acc = _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
                                       stride_kn, stride_kh, stride_pt, BLOCK_N, D, PRECISION)
-    out = acc / l_i[:, None]
-    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty),
-             mask=(g < GROUP)[:, None])
+    keep = (g < GROUP)[:, None]
+    if SPLITS == 1:
+        out = acc / l_i[:, None]
+        tl.store(O + b * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty), mask=keep)
+    else:
+        # The slice's own softmax: its normalised output and log-sum-exp (-inf and zeros for an empty slice).
+        seen = l_i > 0
+        out = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
+        lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+        part = b * stride_ob + heads * stride_oh + split * stride_os  # partials are [B, Hq, SPLITS, D] float32
+        tl.store(O + part[:, None] + d[None, :], out, mask=keep)
+        tl.store(Lse + b * stride_lb + heads * stride_lh + split, lse, mask=g < GROUP)
+
+
+@triton.jit
+def _merge_splits_kernel(Part, Lse, O, stride_ob, stride_oh, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                         D: tl.constexpr):
+    # One program per (request, query head): o = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s).
+    # Part [B, Hq, SPLITS, D] and Lse [B, Hq, SPLITS] are contiguous float32 (paged_decode_attention made them).
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, D)
+    base = (b * tl.num_programs(1) + h) * SPLITS
+    lse = tl.load(Lse + base + s, mask=s < SPLITS, other=float("-inf"))
+    weight = tl.exp(lse - tl.max(lse, 0))  # split 0 is never empty: the maximum is finite
+    part = tl.load(Part + (base + s)[:, None] * D + d[None, :], mask=(s < SPLITS)[:, None], other=0.0)
+    out = tl.sum(weight[:, None] * part, 0) / tl.sum(weight, 0)
+    tl.store(O + b * stride_ob + h * stride_oh + d, out.to(O.dtype.element_ty))
 
 
 @triton.jit
@@ -124,17 +160,50 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor) -> tuple[int, int, str]:
     return head_dim, group, precision
 
 
+def decode_splits(batch: int, kv_heads: int, device: torch.device) -> int:
+    """How many slices split-K cuts each request into: enough programs for about WAVE_PROGRAMS per streaming
+    multiprocessor, 1 when the batch alone provides them (the merge then costs more than it gains), at most
+    MAX_SPLITS. One split off CUDA (the interpreter gains nothing from more programs)."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(MAX_SPLITS, -(-WAVE_PROGRAMS * sms // (batch * kv_heads))))
+
+
+WAVE_PROGRAMS = 4  # decode programs per SM that keep its loads in flight (measured on an H200 in chapter 22)
+MAX_SPLITS = 16
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                            table_idx: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                           block_n: int = 64) -> torch.Tensor:
-    """q [B, Hq, D], caches [slots, Hkv, D], page_table [rows, width] (slot per position) -> [B, Hq, D]."""
+                           block_n: int = 64, splits: int | None = None) -> torch.Tensor:
+    """q [B, Hq, D], caches [slots, Hkv, D], page_table [rows, width] (slot per position) -> [B, Hq, D].
+
+    `splits` slices every request's positions over that many programs per (request, KV head) (split-K, or
+    flash-decoding) and merges the slices in a second kernel; None picks it from the batch (decode_splits).
+    It is a Python int, fixed for a given batch size: a CUDA graph captured at that size replays it."""
     head_dim, group, precision = _check(q, k_cache)
+    batch, heads = q.shape[:2]
+    if splits is None:
+        splits = decode_splits(batch, k_cache.shape[1], q.device)
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
     out = torch.empty_like(q)
-    grid = (q.shape[0], k_cache.shape[1])
-    _decode_kernel[grid](q, k_cache, v_cache, out, page_table, table_idx, seq_lens, scale,
-                         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), out.stride(0), out.stride(1),
-                         page_table.stride(0), GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
-                         BLOCK_N=block_n, D=head_dim, PRECISION=precision)
+    if splits == 1:
+        dest, lse = out, out  # no partials: the kernel stores the output itself (lse unused)
+    else:
+        dest = torch.empty(batch, heads, splits, head_dim, dtype=torch.float32, device=q.device)
+        lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
+    grid = (batch, k_cache.shape[1], splits)
+    _decode_kernel[grid](q, k_cache, v_cache, dest, lse, page_table, table_idx, seq_lens, scale,
+                         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), dest.stride(0),
+                         dest.stride(1), dest.stride(2) if splits > 1 else 0, lse.stride(0), lse.stride(1),
+                         page_table.stride(0),
+                         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, D=head_dim,
+                         PRECISION=precision, SPLITS=splits)
+    if splits > 1:
+        _merge_splits_kernel[(batch, heads)](dest, lse, out, out.stride(0), out.stride(1), SPLITS=splits,
+                                             BLOCK_S=triton.next_power_of_2(splits), D=head_dim)
     return out
 
 
