@@ -15,12 +15,25 @@ import torch
 from minisgl.benchmark.roofline import decode_step_bytes
 
 
-def seconds_per_call(fn: Callable[[], object], device: torch.device, iters: int, warmup: int = 3) -> float:
-    """Mean wall time of fn() over `iters` calls, after `warmup` calls (compilation, caches, clocks)."""
+def seconds_per_call(fn: Callable[[], object], device: torch.device, iters: int, warmup: int = 3,
+                     graph: bool = False) -> float:
+    """Mean wall time of fn() over `iters` calls, after `warmup` calls (compilation, caches, clocks).
+
+    graph=True (CUDA only) records the `iters` calls in one CUDA graph and times its replay: the GPU's time
+    alone, as in the engine's captured decode steps. Without it, a call whose kernels finish faster than
+    Python launches them is timed by its launches."""
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
     for _ in range(warmup):
         fn()
+    per_call = 1
+    if graph and device.type == "cuda":
+        recorded = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(device)
+        with torch.cuda.graph(recorded):
+            for _ in range(iters):
+                fn()
+        fn, per_call, iters = recorded.replay, iters, 3  # three replays of `iters` calls each
     if device.type != "cuda":
         t0 = time.perf_counter()
         for _ in range(iters):
@@ -33,7 +46,7 @@ def seconds_per_call(fn: Callable[[], object], device: torch.device, iters: int,
         fn()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / 1000 / iters
+    return start.elapsed_time(end) / 1000 / iters / per_call
 
 
 def copy_bandwidth(device: torch.device, nbytes: int | None = None, iters: int = 20) -> dict:
@@ -58,9 +71,9 @@ def matmul_flops(device: torch.device, dtype: torch.dtype, n: int | None = None,
 
 def decode_kernel_bandwidth(device: torch.device, context_lens: list[int], q_heads: int = 16, kv_heads: int = 8,
                             head_dim: int = 128, dtype: torch.dtype = torch.bfloat16, iters: int = 50,
-                            splits: int | None = None) -> dict:
+                            splits: int | None = None, graph: bool = False) -> dict:
     """Chapter 17's Triton decode kernel on one layer: KV bytes read per second (`splits`: split-K slices per
-    request, None for the kernel's own choice).
+    request, None for the kernel's own choice; graph: timed as a CUDA graph replay, see seconds_per_call).
 
     Request i's tokens sit in consecutive slots, as a freshly filled pool with pages of one slot hands them
     out; the page table still gives the kernel one slot per position, so it gathers exactly as in the engine.
@@ -82,7 +95,7 @@ def decode_kernel_bandwidth(device: torch.device, context_lens: list[int], q_hea
     rows = torch.arange(len(context_lens), dtype=torch.int32, device=device)
     seq_lens = lens.to(device)
     t = seconds_per_call(lambda: paged_decode_attention(q, k, v, table, rows, seq_lens, head_dim**-0.5,
-                                                        splits=splits), device, iters)
+                                                        splits=splits), device, iters, graph=graph)
     kv_bytes = 2 * slots * kv_heads * head_dim * k.element_size()
     return {"batch": len(context_lens), "mean_context": slots / len(context_lens), "q_heads": q_heads, "splits": splits,
             "kv_heads": kv_heads, "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch."),
@@ -99,7 +112,8 @@ def decode_split_sweep(device: torch.device, q_heads: int, kv_heads: int, head_d
     rows = []
     for batch in batches:
         for n in (*splits, None):
-            r = decode_kernel_bandwidth(device, [context] * batch, q_heads, kv_heads, head_dim, dtype, iters, n)
+            r = decode_kernel_bandwidth(device, [context] * batch, q_heads, kv_heads, head_dim, dtype, iters, n,
+                                        graph=True)  # as the engine runs it: small batches take microseconds
             r["auto_splits"] = decode_splits(batch, kv_heads, device) if n is None else None
             rows.append(r)
     return rows

@@ -71,19 +71,21 @@ def _decode_kernel(Q, K, V, O, Lse, PageTable, TableIdx, SeqLens, scale,
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
-    # This program's slice: whole blocks, so the slices of one request never overlap. A slice past the end of a
-    # short request is empty.
-    per_split = tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N
-    lo = split * per_split
-    hi = tl.minimum(seq_len, lo + per_split)
-    for start in range(lo, hi, BLOCK_N):
-        m_i, l_i, acc = _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
-                                      stride_kn, stride_kh, stride_pt, BLOCK_N, D, PRECISION)
     keep = (g < GROUP)[:, None]
-    if SPLITS == 1:
+    if SPLITS == 1:  # the whole sequence (a loop from the constant 0 compiles to the tighter code)
+        for start in range(0, seq_len, BLOCK_N):
+            m_i, l_i, acc = _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
+                                          stride_kn, stride_kh, stride_pt, BLOCK_N, D, PRECISION)
         out = acc / l_i[:, None]
         tl.store(O + b * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty), mask=keep)
     else:
+        # This program's slice: whole blocks, so the slices of one request never overlap. A slice past the end of
+        # a short request is empty.
+        per_split = tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N
+        lo = split * per_split
+        for start in range(lo, tl.minimum(seq_len, lo + per_split), BLOCK_N):
+            m_i, l_i, acc = _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
+                                          stride_kn, stride_kh, stride_pt, BLOCK_N, D, PRECISION)
         # The slice's own softmax: its normalised output and log-sum-exp (-inf and zeros for an empty slice).
         seen = l_i > 0
         out = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
