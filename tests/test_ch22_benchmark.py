@@ -424,3 +424,40 @@ def test_gpu_copy_bandwidth_and_decode_kernel_are_plausible():
     assert 100 < copy["gbs"] < 20000, copy
     kernel = decode_kernel_bandwidth(device, [512] * 64, iters=5)
     assert 0 < kernel["gbs"] < 1.5 * copy["gbs"], kernel
+
+
+@pytest.mark.gpu
+def test_the_scheduler_loop_never_waits_for_the_gpu_but_for_its_tokens():
+    """With overlap, the host must never wait for the GPU except for the tokens of the batch it processes (an
+    event, which torch does not count as a synchronisation). Any blocking copy or read-back of a CUDA tensor
+    on the way (a page-table row read to free pages, a blocking token-pool write at admission, sampling
+    settings copied with a blocking copy) raises here. Greedy and seeded sampling, shared prefixes (the radix
+    cache maps cached pages), prompts chunked by a small budget, requests finishing at different steps."""
+    from minisgl.benchmark.systems import ours_config
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+    from minisgl.scheduler.utils import PendingReq
+
+    device = torch.device("cuda")
+    rng = random.Random(7)
+    shared = [rng.randrange(1000) for _ in range(300)]
+    prompts = [shared + [rng.randrange(1000) for _ in range(rng.randrange(1, 40))] for _ in range(6)]
+    prompts += [[rng.randrange(1000) for _ in range(rng.randrange(5, 200))] for _ in range(10)]
+    outputs = [rng.randrange(1, 40) for _ in prompts]
+    kwargs, overlap = ours_config("ours", device, list(zip(prompts, outputs)))
+    llm = LLM(model_path("tiny-qwen3"), max_extend_tokens=128, overlap=True, dtype="bfloat16", **kwargs)
+    llm.generate([prompts[0][:8]], SamplingParams(max_tokens=4, ignore_eos=True))  # kernels compiled, graphs up
+    scheduler = llm.scheduler
+    for i, (ids, n) in enumerate(zip(prompts, outputs)):
+        params = (SamplingParams(max_tokens=n, ignore_eos=True) if i % 3 else
+                  SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.8, top_p=0.9, seed=i))
+        scheduler.add_request(PendingReq(1000 + i, torch.tensor(ids, dtype=torch.int32), params))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        scheduler.run_until_idle()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    done = {uid: len(scheduler.finished.pop(uid).output_ids) for uid in range(1000, 1000 + len(prompts))}
+    assert list(done.values()) == outputs, "every request ran to its max_tokens"
+    scheduler.check_integrity()

@@ -23,10 +23,14 @@ class BatchSamplingArgs:
         params = [r.sampling_params for r in reqs]
         if all(p.is_greedy for p in params):
             return cls(temperatures=None)
+
+        def to_device(values: list) -> torch.Tensor:  # a blocking copy would wait for the GPU's queue
+            return torch.tensor(values).to(device, non_blocking=True)
+
         return cls(
-            temperatures=torch.tensor([0.0 if p.is_greedy else p.temperature for p in params], device=device),
-            top_k=torch.tensor([p.top_k for p in params], device=device),
-            top_p=torch.tensor([p.top_p for p in params], device=device),
+            temperatures=to_device([0.0 if p.is_greedy else p.temperature for p in params]),
+            top_k=to_device([p.top_k for p in params]),
+            top_p=to_device([p.top_p for p in params]),
             seeded=[(i, seeded_generator(r.sampling_params.seed, r.device_len, device))
                     for i, r in enumerate(reqs) if r.sampling_params.seed is not None and not r.sampling_params.is_greedy],
         )

@@ -32,6 +32,11 @@ class CacheManager:
         self.page_size = page_size
         self.page_table = page_table
         self.device = page_table.device
+        # The host's copy of the page table (the table itself on a CPU). Every slot the cache manager maps goes
+        # into both, and it reads only this one: reading the device's table back, to free a request's pages,
+        # would make the CPU wait for every batch queued on the GPU, which overlap scheduling (chapter 11) must
+        # never do. Chapter 22 measured one such wait per finished request.
+        self.host_table = page_table if self.device.type == "cpu" else page_table.cpu()
         # A stack of free page ids, and a flag per page so that a double free is caught when it happens.
         self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
         self._is_free = [True] * num_pages
@@ -70,9 +75,16 @@ class CacheManager:
         """
         # TODO(ch08): for each request, the pages it lacks run from page div_ceil(cached_len) to page
         # div_ceil(device_len) (in page units). Allocate all of them at once with _allocate, turn them into
-        # slots with _page_slots, and write each request's slots into page_table[table_idx, first*ps : last*ps]
-        # with one indexed assignment (rows and columns built on the CPU, moved to the table's device).
+        # slots with _page_slots, and write each request's slots into [table_idx, first*ps : last*ps] of
+        # host_table, then of page_table unless they are the same tensor, with one indexed assignment each (rows
+        # and columns built on the CPU, moved to the table's device for the second).
         raise NotImplementedError("TODO(ch08): CacheManager.allocate_paged")
+
+    def map_slots(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """Point positions start, start+1, ... of a page-table row at `slots` (a CPU tensor), in both copies."""
+        self.host_table[row, start : start + len(slots)] = slots
+        if self.host_table is not self.page_table:
+            self.page_table[row, start : start + len(slots)] = slots.to(self.device, non_blocking=True)
 
     def release_paged(self, reqs: Sequence[Req], ends: Sequence[int]) -> None:
         """Undo allocate_paged for requests whose forward pass never finished: the pages of positions
@@ -81,7 +93,7 @@ class CacheManager:
         for req, end in zip(reqs, ends):
             first, last = div_ceil(req.cached_len, ps) * ps, div_ceil(end, ps) * ps
             if first < last:
-                self.free(self.page_table[req.table_idx, first:last])
+                self.free(self.host_table[req.table_idx, first:last])
 
     def free(self, slots: torch.Tensor) -> None:
         """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
@@ -97,7 +109,7 @@ class CacheManager:
         request gives back every page it holds and a running one keeps them; chapter 9 shares them instead."""
         if finished:
             end = div_ceil(req.cached_len, self.page_size) * self.page_size
-            self.free(self.page_table[req.table_idx, :end])
+            self.free(self.host_table[req.table_idx, :end])
 
     def check_integrity(self) -> None:
         """Call when no request holds pages: every page is free exactly once (AssertionError naming the fault)."""

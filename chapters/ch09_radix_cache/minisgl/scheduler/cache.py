@@ -38,7 +38,12 @@ class CacheManager:
         self.page_size = page_size
         self.page_table = page_table
         self.device = page_table.device
-        self.prefix_cache = create_prefix_cache(cache_type, page_size, self.device)
+        # The host's copy of the page table (the table itself on a CPU). Every slot the cache manager maps goes
+        # into both, and it reads only this one: reading the device's table back, to free a request's pages,
+        # would make the CPU wait for every batch queued on the GPU, which overlap scheduling (chapter 11) must
+        # never do. Chapter 22 measured one such wait per finished request.
+        self.host_table = page_table if self.device.type == "cpu" else page_table.cpu()
+        self.prefix_cache = create_prefix_cache(cache_type, page_size, "cpu")  # its slots live with host_table
         # A stack of free page ids, and a flag per page so that a double free is caught when it happens.
         self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
         self._is_free = [True] * num_pages
@@ -92,9 +97,17 @@ class CacheManager:
         offsets = torch.arange(len(slots)) - (torch.cumsum(counts, 0) - counts).repeat_interleave(counts)
         cols = (firsts * ps).repeat_interleave(counts) + offsets
         rows = rows.repeat_interleave(counts)
-        # non_blocking: the CPU need not wait for the GPU to drain its queue (see make_metadata, chapter 5)
-        index = (rows.to(self.device, non_blocking=True), cols.to(self.device, non_blocking=True))
-        self.page_table[index] = slots.to(self.device, non_blocking=True)
+        self.host_table[rows, cols] = slots
+        if self.host_table is not self.page_table:
+            # non_blocking: the CPU need not wait for the GPU to drain its queue (see make_metadata, chapter 5)
+            index = (rows.to(self.device, non_blocking=True), cols.to(self.device, non_blocking=True))
+            self.page_table[index] = slots.to(self.device, non_blocking=True)
+
+    def map_slots(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """Point positions start, start+1, ... of a page-table row at `slots` (a CPU tensor), in both copies."""
+        self.host_table[row, start : start + len(slots)] = slots
+        if self.host_table is not self.page_table:
+            self.page_table[row, start : start + len(slots)] = slots.to(self.device, non_blocking=True)
 
     def release_paged(self, reqs: Sequence[Req], ends: Sequence[int]) -> None:
         """Undo allocate_paged for requests whose forward pass never finished: the pages of positions
@@ -103,7 +116,7 @@ class CacheManager:
         for req, end in zip(reqs, ends):
             first, last = div_ceil(req.cached_len, ps) * ps, div_ceil(end, ps) * ps
             if first < last:
-                self.free(self.page_table[req.table_idx, first:last])
+                self.free(self.host_table[req.table_idx, first:last])
 
     def free(self, slots: torch.Tensor) -> None:
         """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
@@ -142,12 +155,12 @@ class CacheManager:
           [existed, new)      pages it computed that the cache now owns
           [new, cached_len)   the partly filled last page, which the cache does not take: freed when finished
         """
-        # TODO(ch09): insert the whole pages of input_ids[:cached_len] with their slots from the page-table
-        # row (only ids the host has: with overlap, chapter 11, input_ids can lag cached_len); unlock the old
-        # handle (None counts as nothing cached); free the duplicates [old, existed). When finished, also
-        # free the pages from new.cached_len up to cached_len rounded up to a page. Otherwise point the row's
-        # [old, existed) at the cache's slots (ours were just freed), keep the new handle on the request, and
-        # lock it.
+        # TODO(ch09): insert the whole pages of input_ids[:cached_len] with their slots from the request's row
+        # of host_table (only ids the host has: with overlap, chapter 11, input_ids can lag cached_len); unlock
+        # the old handle (None counts as nothing cached); free the duplicates [old, existed). When finished,
+        # also free the pages from new.cached_len up to cached_len rounded up to a page. Otherwise point the
+        # row's [old, existed) at the cache's slots with map_slots (ours were just freed), keep the new handle
+        # on the request, and lock it.
         raise NotImplementedError("TODO(ch09): CacheManager.cache_req")
 
     def check_integrity(self) -> None:

@@ -44,6 +44,11 @@ class PrefillAdder:
         self.reserved = reserved
         self.reqs: list[Req] = []
 
+    def _write_ids(self, row: int, ids: torch.Tensor, start: int, end: int) -> None:
+        """Token ids [start, end) of a prompt into its token-pool row. non_blocking: a blocking copy to the GPU
+        would wait for the batch running there, and admission runs while it does (chapter 11)."""
+        self.table.token_pool[row, start:end] = ids[start:end].to(self.table.token_pool.device, non_blocking=True)
+
     def _try_allocate_one(self, pending: PendingReq) -> tuple[CacheHandle, int] | None:
         """Admission of a new request: a free row, its cached prefix locked, and room for everything it will
         need. Returns (handle, row), with the prefix already in the row; None (nothing changed) if it does
@@ -59,8 +64,8 @@ class PrefillAdder:
             return None
         row = self.table.allocate()
         cached = handle.cached_len
-        self.table.token_pool[row, :cached] = pending.input_ids[:cached].to(self.table.token_pool.device)
-        self.table.page_table[row, :cached] = slots
+        self._write_ids(row, pending.input_ids, 0, cached)
+        self.cache.map_slots(row, 0, slots)
         return handle, row
 
     def _add_one_req(self, pending: PendingReq, handle: CacheHandle, row: int, cached_len: int) -> Req:
@@ -69,7 +74,7 @@ class PrefillAdder:
         # TODO(ch10): chunk = min(token budget, remaining prompt); a chunk shorter than the rest makes a
         # ChunkedReq, else a Req. Charge the chunk to the budget; reserve the slots it still needs up to
         # pending.slots_needed (cache.slots_to_grow from cached_len); write only this chunk's tokens into the
-        # token pool. The request's input_ids run up to the chunk's end; it keeps handle, row and cached_len.
+        # token pool (_write_ids). The request's input_ids run up to the chunk's end; it keeps handle, row and cached_len.
         raise NotImplementedError("TODO(ch10): PrefillAdder._add_one_req")
 
     def try_add_one(self, pending: PendingReq) -> Req | None:

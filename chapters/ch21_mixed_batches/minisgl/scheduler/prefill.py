@@ -46,6 +46,11 @@ class PrefillAdder:
         self.reserved = reserved
         self.reqs: list[Req] = []
 
+    def _write_ids(self, row: int, ids: torch.Tensor, start: int, end: int) -> None:
+        """Token ids [start, end) of a prompt into its token-pool row. non_blocking: a blocking copy to the GPU
+        would wait for the batch running there, and admission runs while it does (chapter 11)."""
+        self.table.token_pool[row, start:end] = ids[start:end].to(self.table.token_pool.device, non_blocking=True)
+
     def _try_allocate_one(self, pending: PendingReq) -> tuple[CacheHandle, int] | None:
         """Admission of a new request: a free row, its cached prefix locked, and room for everything it will
         need. Returns (handle, row), with the prefix already in the row; None (nothing changed) if it does
@@ -61,8 +66,8 @@ class PrefillAdder:
             return None
         row = self.table.allocate()
         cached = handle.cached_len
-        self.table.token_pool[row, :cached] = pending.input_ids[:cached].to(self.table.token_pool.device)
-        self.table.page_table[row, :cached] = slots
+        self._write_ids(row, pending.input_ids, 0, cached)
+        self.cache.map_slots(row, 0, slots)
         return handle, row
 
     def _add_one_req(self, pending: PendingReq, handle: CacheHandle, row: int, cached_len: int) -> Req:
@@ -74,7 +79,7 @@ class PrefillAdder:
         end = cached_len + chunk
         self.token_budget -= chunk
         self.reserved += self.cache.slots_to_grow(cached_len, pending.slots_needed)
-        self.table.token_pool[row, cached_len:end] = pending.input_ids[cached_len:end].to(self.table.token_pool.device)
+        self._write_ids(row, pending.input_ids, cached_len, end)
         req = cls(pending.input_ids[:end], row, cached_len, pending.sampling_params.max_tokens, pending.uid,
                   pending.sampling_params, cache_handle=handle)
         self.reqs.append(req)

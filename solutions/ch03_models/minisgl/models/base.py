@@ -11,7 +11,7 @@ from minisgl.layers.base import BaseOP
 def last_token_indices(batch: Batch) -> torch.Tensor:
     """Index, in the flattened batch, of each request's last new token (the one whose logits we sample)."""
     ends = torch.cumsum(torch.tensor([r.extend_len for r in batch.reqs]), dim=0)
-    return (ends - 1).to(batch.input_ids.device)
+    return (ends - 1).to(batch.input_ids.device, non_blocking=True)  # blocking, it would wait for the GPU
 
 
 class BaseLLMModel(BaseOP):

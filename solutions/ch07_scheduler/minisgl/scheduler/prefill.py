@@ -33,7 +33,7 @@ class PrefillAdder:
         if self.cache.available_size < self.reserved + pending.slots_needed:
             return None
         row = self.table.allocate()
-        self.table.token_pool[row, :prompt_len] = pending.input_ids.to(self.table.token_pool.device)
+        self.table.token_pool[row, :prompt_len] = pending.input_ids.to(self.table.token_pool.device, non_blocking=True)
         req = Req(pending.input_ids, row, 0, pending.sampling_params.max_tokens, pending.uid,
                   pending.sampling_params)
         self.token_budget -= prompt_len

@@ -40,8 +40,8 @@ class PrefillAdder:
             self.cache.unlock(handle)
             return None
         row = self.table.allocate()
-        self.table.token_pool[row, : len(ids)] = pending.input_ids.to(self.table.token_pool.device)
-        self.table.page_table[row, :cached] = slots
+        self.table.token_pool[row, : len(ids)] = pending.input_ids.to(self.table.token_pool.device, non_blocking=True)
+        self.cache.map_slots(row, 0, slots)
         req = Req(pending.input_ids, row, cached, pending.sampling_params.max_tokens, pending.uid,
                   pending.sampling_params, cache_handle=handle)
         self.token_budget -= len(ids) - cached

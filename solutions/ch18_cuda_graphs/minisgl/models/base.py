@@ -15,7 +15,7 @@ def last_token_indices(batch: Batch) -> torch.Tensor | slice:
         # which keeps the decode forward pass free of host-to-device copies (a CUDA graph can hold none).
         return slice(None)
     ends = torch.cumsum(torch.tensor([r.extend_len for r in batch.reqs]), dim=0)
-    return (ends - 1).to(batch.input_ids.device)
+    return (ends - 1).to(batch.input_ids.device, non_blocking=True)  # blocking, it would wait for the GPU
 
 
 class BaseLLMModel(BaseOP):

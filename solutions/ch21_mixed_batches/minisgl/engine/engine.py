@@ -101,7 +101,7 @@ class Engine:
             return self.sampler.sample(logits, BatchSamplingArgs.from_reqs(reqs, self.device))
         tokens = torch.zeros(len(reqs), dtype=torch.int32, device=logits.device)
         if rows:
-            index = torch.tensor(rows, device=logits.device)
+            index = torch.tensor(rows).to(logits.device, non_blocking=True)  # no wait for the GPU
             picked = [reqs[i] for i in rows]
             tokens[index] = self.sampler.sample(logits[index], BatchSamplingArgs.from_reqs(picked, self.device))
         return tokens
