@@ -54,8 +54,10 @@ class Sampler:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
-        """logits [B, vocab] (float32) -> next token ids [B] (int32)."""
-        # TODO(ch06): greedy rows take the argmax; the others divide by their temperature, filter with
-        # top_k_top_p_filter, and draw from the softmax with self.generator, except the rows of args.seeded, which
-        # draw with their own generator.
+        """logits [B, vocab] (the model's dtype) -> next token ids [B] (int32). The argmax needs no cast (16-bit
+        to float32 is exact, so it picks the same token, and a 16-bit argmax reads half the bytes: chapter 22);
+        what is sampled is computed in float32, so that no softmax runs in 16 bits."""
+        # TODO(ch06): greedy rows take the argmax; the others (in float32) divide by their temperature, filter
+        # with top_k_top_p_filter, and draw from the softmax with self.generator, except the rows of args.seeded,
+        # which draw with their own generator.
         raise NotImplementedError("TODO(ch06): Sampler.sample")

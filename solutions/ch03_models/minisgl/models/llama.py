@@ -61,4 +61,5 @@ class LlamaForCausalLM(BaseLLMModel):
         batch = get_global_ctx().batch
         hidden = self.model(batch.input_ids, batch.positions)
         # Only each request's last token is sampled: skip the LM head for the others.
-        return self.lm_head(hidden[last_token_indices(batch)]).float()
+        # In the model's dtype: the sampler takes a greedy argmax as it is and casts only what it samples.
+        return self.lm_head(hidden[last_token_indices(batch)])

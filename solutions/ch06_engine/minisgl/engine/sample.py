@@ -65,16 +65,18 @@ class Sampler:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
-        """logits [B, vocab] (float32) -> next token ids [B] (int32)."""
-        # TODO(ch06): greedy rows take the argmax; the others divide by their temperature, filter with
-        # top_k_top_p_filter, and draw from the softmax with self.generator, except the rows of args.seeded, which
-        # draw with their own generator.
+        """logits [B, vocab] (the model's dtype) -> next token ids [B] (int32). The argmax needs no cast (16-bit
+        to float32 is exact, so it picks the same token, and a 16-bit argmax reads half the bytes: chapter 22);
+        what is sampled is computed in float32, so that no softmax runs in 16 bits."""
+        # TODO(ch06): greedy rows take the argmax; the others (in float32) divide by their temperature, filter
+        # with top_k_top_p_filter, and draw from the softmax with self.generator, except the rows of args.seeded,
+        # which draw with their own generator.
         # >>> solution
         greedy = logits.argmax(dim=-1)
         if args.temperatures is None:
             return greedy.to(torch.int32)
         temps = torch.where(args.temperatures > 0, args.temperatures, 1.0)
-        filtered = top_k_top_p_filter(logits / temps[:, None], args.top_k, args.top_p)
+        filtered = top_k_top_p_filter(logits.float() / temps[:, None], args.top_k, args.top_p)
         probs = filtered.softmax(dim=-1)
         sampled = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
         for row, generator in args.seeded:  # a seeded request draws from its own generator
