@@ -20,47 +20,25 @@
 # %%
 import atexit
 import signal
-import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 
+from minisgl.server.local import LocalServer
 from tools.models import model_path_from_env
 
 path = model_path_from_env("smollm2")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-port = free_port()
-# The same command as `make serve`, with a smaller KV pool: python -m minisgl.server --model PATH
-server = subprocess.Popen([sys.executable, "-m", "minisgl.server", "--model", str(path), "--port", str(port),
-                           "--max-seq-len", "512", "--max-running-reqs", "8", "--cpu-kv-cache-mb", "64"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-atexit.register(server.kill)  # never leave a server behind, even if a cell below fails
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
-
 t0 = time.perf_counter()
-while True:  # ready once /v1/models answers (the workers load the model first)
-    try:
-        models = client.models.list()
-        break
-    except openai.APIConnectionError:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited:\n{server.stdout.read()}") from None
-        if time.perf_counter() - t0 > 180:
-            raise TimeoutError("the server was not ready after 180 s") from None
-        time.sleep(0.5)
+# The same command as `make serve` on a free port, with a smaller KV pool; back once /health answers (the workers
+# load the model first). Its output is kept, not printed: server.tail() shows it.
+server = LocalServer(path, "--max-seq-len", "512", "--max-running-reqs", "8", "--cpu-kv-cache-mb", "64", echo=False)
+atexit.register(server.stop)  # never leave a server behind, even if a cell below fails
+client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+models = client.models.list()
 model = models.data[0].id
-print(f"server ready in {time.perf_counter() - t0:.1f} s on port {port}; model {model!r}, "
+print(f"server ready in {time.perf_counter() - t0:.1f} s on port {server.port}; model {model!r}, "
       f"max_model_len {models.data[0].max_model_len}")
 
 # %% [markdown]
@@ -140,7 +118,7 @@ for i, chunk in enumerate(stream):
         break
 stream.close()  # the client hangs up
 for _ in range(40):  # the server notices within a poll interval
-    status = httpx.get(f"http://127.0.0.1:{port}/health").json()
+    status = httpx.get(f"{server.url}/health").json()
     if status["running"] == 0 and status["waiting"] == 0:
         break
     time.sleep(0.25)
@@ -167,7 +145,6 @@ except openai.BadRequestError as e:
 # process and removes its sockets.
 
 # %%
-server.send_signal(signal.SIGINT)
-code = server.wait(timeout=30)
-log = server.stdout.read()
-print(f"server exited with code {code}; its last line: {log.strip().splitlines()[-1]!r}")
+code = server.stop(signal.SIGINT)
+print(f"server exited with code {code}, leaving {len(server.left_behind)} processes behind; "
+      f"its last line: {server.tail(1)!r}")

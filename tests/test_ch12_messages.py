@@ -17,7 +17,8 @@ from minisgl.message.utils import decode_value
 from minisgl.message import (WIRE_VERSION, AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg,
                              BaseTokenizerMsg, BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg,
                              ErrorMsg, ErrorReply, ExitMsg, GetStatusMsg, MessageError, StatusMsg, StatusReply,
-                             TokenizeMsg, UserMsg, UserReply, decode_message, encode_message)
+                             TokenizeMsg, UserMsg, UserReply, batched, decode_message, encode_message,
+                             unwrap)
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 
 CODEC = ("encode_value", "decode_value", "decode_message")
@@ -70,6 +71,21 @@ def plain(value):
 def through_msgpack(msg):
     family = FAMILY[type(msg)]
     return family.decoder(msgpack.unpackb(msgpack.packb(family.encoder(msg), use_bin_type=True), raw=False))
+
+
+def test_unwrap_flattens_batches_in_order_and_batched_packs_them():
+    a, b, c, d = AbortBackendMsg(1), GetStatusMsg(2), ExitMsg(), AbortBackendMsg(4)
+    nested = BatchBackendMsg([a, BatchBackendMsg([b, BatchBackendMsg([]), BatchBackendMsg([c])]), d])
+    assert unwrap(nested) == [a, b, c, d], f"nested batches flatten depth-first, in order: {unwrap(nested)}"
+    assert unwrap(c) == [c] and unwrap(BatchBackendMsg([])) == [], "one message is a list of one; an empty batch, []"
+    replies = [UserReply(1, "a", False), UserReply(2, "b", True)]
+    assert unwrap(BatchFrontendMsg(replies)) == replies, "front-end batches are batches too"
+    tokens = [DetokenizeMsg(1, 5, False), AbortMsg(1), DetokenizeMsg(2, 6, True, "length")]
+    assert unwrap(BatchTokenizerMsg([tokens[0], BatchTokenizerMsg(tokens[1:])])) == tokens, "tokenizer batches too"
+    assert batched([a], BatchBackendMsg) is a, "a frame of one message is the message itself"
+    pair = batched([a, d], BatchBackendMsg)
+    assert isinstance(pair, BatchBackendMsg) and pair.data == [a, d], f"two messages travel as a batch: {pair}"
+    assert unwrap(batched(tokens, BatchTokenizerMsg)) == tokens, "packed and unwrapped: the same list"
 
 
 @pytest.mark.stubs(*CODEC)

@@ -133,7 +133,8 @@ def test_messages_queue_refuse_report_and_exit():
     io = make_io(max_seq_len=64)
     ids = prompt_ids("tiny-qwen3", 1)[0]
     batch = BatchBackendMsg([user_msg(0, ids, 4), user_msg(1, ids, 64), BatchBackendMsg([user_msg(2, ids, 5)])])
-    for msg in (batch, GetStatusMsg(9), AbortBackendMsg(2), AbortBackendMsg(77)):
+    io.recv.items += [batch, GetStatusMsg(9), AbortBackendMsg(2), AbortBackendMsg(77)]
+    for msg in io.receive_msgs(blocking=False):  # the batch arrives unwrapped, in order
         io.process_msg(msg)
     waiting = [p.uid for p in io.scheduler.prefill_manager.pending]
     assert waiting == [0], f"request 0 waits (1 is too long, 2 was aborted), the queue holds {waiting}"

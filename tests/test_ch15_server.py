@@ -7,25 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import httpx
-import psutil
 import pytest
 
 from helpers import CHAT, TEXTS, hf_greedy, model_path, tokenizer
 from minisgl.message import UserReply
 from minisgl.server.api_server import Completion, events
+from minisgl.server.local import LocalServer
 from minisgl.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
 
 SERVER_STUBS = ("to_tokenize_msg", "complete", "events")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def start_servers_early(request):
+    """When any selected test needs a server, start them with the module's first test: the in-process tests run
+    while they load."""
+    if any("servers" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("servers")
 
 
 # ---- in-process: OpenAI request -> TokenizeMsg ----------------------------------------------------------------
@@ -242,53 +246,11 @@ def test_a_bad_reply_frame_does_not_stop_the_front_ends_receiver():
 
 # ---- a real server ------------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`python -m minisgl.server` in a process of its own, on a free port."""
+class Server(LocalServer):
+    """`python -m minisgl.server` on a bundled model, in a process of its own (chapter 15's LocalServer)."""
 
     def __init__(self, model: str, *flags: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "minisgl.server", "--model", str(model_path(model)),
-                                      "--port", str(self.port), *flags], env=os.environ | {"PYTHONUNBUFFERED": "1"})
-        self.children: list[psutil.Process] = []
-        try:
-            self._wait_up(deadline=time.monotonic() + 180)
-        except BaseException:
-            self.stop(signal.SIGKILL)
-            raise
-        self.children = psutil.Process(self.proc.pid).children(recursive=True)
-
-    def _wait_up(self, deadline: float) -> None:
-        while True:
-            assert self.proc.poll() is None, f"the server exited while starting (code {self.proc.returncode})"
-            assert time.monotonic() < deadline, "the server was not up after 180 s"
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.5)
-
-    def stop(self, sig=signal.SIGINT) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            for c in self.children:
-                if c.is_running():
-                    c.kill()
-
-    def left_behind(self) -> list[int]:
-        gone, alive = psutil.wait_procs(self.children, timeout=10)
-        return [p.pid for p in alive]
+        super().__init__(model_path(model), *flags)
 
     def health(self) -> dict:
         r = httpx.get(self.url + "/health", timeout=30)
@@ -298,13 +260,33 @@ class Server:
 
 SERVER_FLAGS = ("--max-running-reqs", "16", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64",
                 "--max-extend-tokens", "64")
+TINY_FLAGS = ("--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("smollm2", *SERVER_FLAGS)
-    yield s
-    s.stop()
+def servers():
+    """The suite's three servers: "main" on SmolLM2, shared by most tests, and two on tiny-qwen3 that a test
+    stops on purpose. The tiny ones start in the background once the main one is up, while its tests run (a start
+    is mostly imports and a model load, one core's work). Each value is a function that waits for its server."""
+    with ThreadPoolExecutor(3) as pool:
+        main = pool.submit(Server, "smollm2", *SERVER_FLAGS)
+
+        def tiny() -> Server:
+            wait([main])
+            return Server("tiny-qwen3", *TINY_FLAGS)
+
+        started = {"main": main, "sigterm": pool.submit(tiny), "dead_worker": pool.submit(tiny)}
+        try:
+            yield {name: future.result for name, future in started.items()}
+        finally:
+            for future in started.values():
+                if future.exception() is None:  # one that failed to start has stopped already
+                    future.result().stop()  # nothing to do if its test stopped it
+
+
+@pytest.fixture(scope="module")
+def server(servers):
+    return servers["main"]()
 
 
 @pytest.fixture(scope="module")
@@ -392,8 +374,9 @@ def test_stop_strings_are_cut_exactly_streamed_or_not(client):
 @pytest.mark.stubs(*SERVER_STUBS)
 def test_a_seed_makes_sampling_repeatable(client):
     kw = dict(model="smollm2", prompt=TEXTS[0], max_tokens=16, temperature=1.0)
-    a, b = (client.completions.create(seed=123, **kw).choices[0].text for _ in range(2))
-    others = {client.completions.create(seed=s, **kw).choices[0].text for s in (1, 2, 3)}
+    a, b = (client.completions.create(seed=123, **kw).choices[0].text for _ in range(2))  # alone: the same batch
+    with ThreadPoolExecutor(3) as pool:  # these only need to differ: they may share a batch
+        others = set(pool.map(lambda s: client.completions.create(seed=s, **kw).choices[0].text, (1, 2, 3)))
     assert a == b, f"the same seed gave two texts:\n{a!r}\n{b!r}"
     assert len(others | {a}) > 1, "four seeds at temperature 1 gave one text: the seed is not used"
 
@@ -502,8 +485,8 @@ def test_abort_request_ends_a_stream_with_abort(server):
 
 
 @pytest.mark.stubs(*SERVER_STUBS)
-def test_a_dead_worker_makes_the_server_answer_503_and_exit():
-    s = Server("tiny-qwen3", "--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
+def test_a_dead_worker_makes_the_server_answer_503_and_exit(servers):
+    s = servers["dead_worker"]()
     try:
         ok = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2}, timeout=60)
         assert ok.status_code == 200, ok.text
@@ -517,20 +500,21 @@ def test_a_dead_worker_makes_the_server_answer_503_and_exit():
         except httpx.TransportError:
             pass  # it had already exited: also an answer, not a hang
         assert s.proc.wait(30) == 1, "a server whose worker died exits with code 1"
-        assert s.left_behind() == [], "no worker is left running"
+        s.stop()  # it has exited: this only waits for its workers (and kills what is left)
+        assert s.left_behind == [], f"no worker is left running: {s.left_behind}"
     finally:
-        s.stop()
+        s.stop(signal.SIGKILL)
 
 
 @pytest.mark.stubs(*SERVER_STUBS)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_stops_every_process(server, sig):
-    s = server if sig == signal.SIGINT else Server("tiny-qwen3", "--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
+def test_a_signal_stops_every_process(servers, sig):
+    s = servers["main" if sig == signal.SIGINT else "sigterm"]()  # the shared server: this is the last test
     try:
         r = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2}, timeout=60)
         assert r.status_code == 200, r.text
         code = s.stop(sig)
         assert code == 0, f"Ctrl-C / SIGTERM is a clean stop (exit 0), got {code}"
-        assert s.left_behind() == [], "every worker process is gone"
+        assert s.left_behind == [], f"every worker process is gone: {s.left_behind} are left"
     finally:
         s.stop(signal.SIGKILL)  # whatever failed above, no server outlives the test

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.message import (BaseBackendMsg, BaseFrontendMsg, BatchBackendMsg, BatchFrontendMsg, ExitMsg,
-                             MessageError, UserMsg, UserReply)
+                             MessageError, UserMsg, UserReply, unwrap)
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 from tools.models import model_path_from_env
 
@@ -37,8 +37,7 @@ def scheduler_side(inbox: str, outbox: str) -> None:
                 continue
             if msg is None or isinstance(msg, ExitMsg):
                 break
-            reqs = msg.data if isinstance(msg, BatchBackendMsg) else [msg]
-            push.put(BatchFrontendMsg([UserReply(r.uid, describe(r), True) for r in reqs]))
+            push.put(BatchFrontendMsg([UserReply(r.uid, describe(r), True) for r in unwrap(msg)]))
     finally:
         push.stop()
         pull.stop()

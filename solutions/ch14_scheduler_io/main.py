@@ -7,16 +7,12 @@ import time
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.message import AbortMsg, BatchFrontendMsg, GetStatusMsg, StatusReply, TokenizeMsg, UserReply
+from minisgl.message import AbortMsg, GetStatusMsg, StatusReply, TokenizeMsg, UserReply, unwrap
 from minisgl.server.launch import Workers
 from tools.models import model_path_from_env
 
 QUESTIONS = ["What is the capital of France?", "Name two planets.", "Tell me a long story about a dragon."]
 ENGINE = dict(max_running_reqs=4, max_seq_len=256, cpu_kv_cache_mb=32)
-
-
-def replies_of(msg) -> list:
-    return msg.data if isinstance(msg, BatchFrontendMsg) else [msg]
 
 
 def main() -> int:
@@ -34,7 +30,7 @@ def main() -> int:
             if msg is None:
                 print(f"no reply in 60 s: {workers.dead_worker()}")
                 return 1
-            for r in replies_of(msg):
+            for r in unwrap(msg):
                 assert isinstance(r, UserReply), r
                 texts[r.uid] = texts.get(r.uid, "") + r.incremental_output
                 pieces += 1
@@ -49,7 +45,7 @@ def main() -> int:
             print(f"uid {uid} [{r.finish_reason}, {r.prompt_tokens} + {r.completion_tokens} tokens]: {texts[uid]!r}")
         time.sleep(0.5)  # the abort reaches the scheduler
         workers.to_scheduler.put(GetStatusMsg(99))
-        status = next(r for r in replies_of(workers.replies.get(timeout=30)) if isinstance(r, StatusReply)).status
+        status = next(r for r in unwrap(workers.replies.get(timeout=30)) if isinstance(r, StatusReply)).status
         print(f"\nscheduler status after the abort: {status}")
 
     llm = LLM(path, **ENGINE)

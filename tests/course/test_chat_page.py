@@ -10,11 +10,7 @@ reason otherwise. Screenshot: build/chat-page.png.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
+import importlib.util
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -41,43 +37,28 @@ WATCH_ANSWERS = """() => {
 }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _local_server_class(tree: Path):
+    """Chapter 15's LocalServer, loaded from the tree's file: this process does not import the engine."""
+    spec = importlib.util.spec_from_file_location("chat_page_local_server", tree / "minisgl/server/local.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LocalServer
 
 
 @pytest.fixture(scope="module")
 def chat_server():
-    """The server on SmolLM2 (its own process group: stopped with Ctrl-C's signal, nothing left behind)."""
-    httpx = pytest.importorskip("httpx")
+    """The server on SmolLM2 from the final tree, stopped with Ctrl-C's signal, nothing left behind."""
+    pytest.importorskip("httpx")
     from tools.models import ensure_model
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = tree_env(assemble(last_chapter(), "ref"), threads=1)
-    proc = subprocess.Popen([sys.executable, "-m", "minisgl.server", "--model", str(ensure_model("smollm2")),
-                             "--port", str(port), *SERVER_FLAGS], cwd=ROOT, env=env, start_new_session=True)
+    tree = assemble(last_chapter(), "ref")
+    LocalServer = _local_server_class(tree)
+    server = LocalServer(ensure_model("smollm2"), *SERVER_FLAGS, env=tree_env(tree, threads=1), start_timeout=300)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None, f"the server exited while starting (code {proc.returncode})"
-            assert time.monotonic() < deadline, "the server was not up after 300 s"
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        yield url
+        yield server.url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # only if a worker outlived it
-            except ProcessLookupError:
-                pass
+        server.stop()
+        assert server.left_behind == [], f"the server left processes behind (killed): {server.left_behind}"
 
 
 def _settled(url: str, timeout: float = 30.0) -> dict:

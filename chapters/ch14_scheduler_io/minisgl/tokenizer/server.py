@@ -17,23 +17,12 @@ import torch
 
 from minisgl.message import (AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg,
                              BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg, ErrorMsg,
-                             ErrorReply, MessageError, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
+                             ErrorReply, MessageError, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply,
+                             batched, unwrap)
 from minisgl.tokenizer.detokenize import DetokenizeManager
 from minisgl.tokenizer.tokenize import TokenizeManager
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 from minisgl.utils.process import report_death
-
-
-def unwrap(msg, batch_type) -> list:
-    """The messages a frame carries: a batch message is flattened (batches may nest), one message is a list of one."""
-    if isinstance(msg, batch_type):
-        return [m for inner in msg.data for m in unwrap(inner, batch_type)]
-    return [msg]
-
-
-def batched(msgs: list, batch_type):
-    """One frame for a list of messages: the message itself when there is one, a batch message otherwise."""
-    return msgs[0] if len(msgs) == 1 else batch_type(msgs)
 
 
 class TokenizerWorker:
@@ -123,7 +112,7 @@ def tokenize_worker(model_path: str, max_seq_len: int, vocab_size: int, addr: st
         while os.getppid() == parent:
             msgs = []
             while (msg := _get(recv, timeout=0.5 if not msgs else 0)) is not None:
-                msgs.extend(unwrap(msg, BatchTokenizerMsg))
+                msgs.extend(unwrap(msg))
             for msg in msgs:
                 try:
                     worker.handle([msg])

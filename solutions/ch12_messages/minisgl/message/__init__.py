@@ -1,6 +1,7 @@
 """Messages between the serving processes, one family per receiver, and their msgpack wire format."""
 
 from .backend import AbortBackendMsg, BaseBackendMsg, BatchBackendMsg, ExitMsg, GetStatusMsg, UserMsg
+from .batch import batched, unwrap
 from .frontend import BaseFrontendMsg, BatchFrontendMsg, ErrorReply, StatusReply, UserReply
 from .tokenizer import (AbortMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg, ErrorMsg, StatusMsg,
                         TokenizeMsg)
@@ -10,5 +11,5 @@ __all__ = [
     "AbortMsg", "AbortBackendMsg", "BaseBackendMsg", "BatchBackendMsg", "ExitMsg", "GetStatusMsg", "UserMsg",
     "BaseTokenizerMsg", "BatchTokenizerMsg", "DetokenizeMsg", "ErrorMsg", "StatusMsg", "TokenizeMsg",
     "BaseFrontendMsg", "BatchFrontendMsg", "ErrorReply", "StatusReply", "UserReply",
-    "MessageError", "WIRE_VERSION", "decode_message", "encode_message",
+    "MessageError", "WIRE_VERSION", "decode_message", "encode_message", "batched", "unwrap",
 ]

@@ -15,8 +15,8 @@ import sys
 import torch
 
 from minisgl.core import Req
-from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchBackendMsg, BatchTokenizerMsg,
-                             DetokenizeMsg, ErrorMsg, ExitMsg, GetStatusMsg, MessageError, StatusMsg, UserMsg)
+from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg,
+                             ErrorMsg, ExitMsg, GetStatusMsg, MessageError, StatusMsg, UserMsg, batched, unwrap)
 from minisgl.scheduler.scheduler import ForwardData, Scheduler
 from minisgl.scheduler.utils import PendingReq
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -50,7 +50,7 @@ class SchedulerIO:
                 continue
             if msg is None:
                 return msgs
-            msgs.extend(msg.data if isinstance(msg, BatchBackendMsg) else [msg])
+            msgs.extend(unwrap(msg))  # a batch (nested or not) is acted on message by message
             timeout = 0
 
     def process_msg(self, msg: BaseBackendMsg) -> None:
@@ -58,7 +58,7 @@ class SchedulerIO:
         # TODO(ch14): a UserMsg becomes a PendingReq added to the scheduler; a ValueError (it can never run here)
         #   becomes ErrorMsg(uid, message) in the outbox. AbortBackendMsg -> scheduler.abort_request (a request
         #   that already finished is no error); GetStatusMsg -> StatusMsg(uid, self.status()); ExitMsg ends the
-        #   loop; a nested BatchBackendMsg is processed message by message.
+        #   loop. (Batches never come here: receive_msgs unwraps them.)
         # >>> solution
         if isinstance(msg, UserMsg):
             try:
@@ -71,9 +71,6 @@ class SchedulerIO:
             self.outbox.append(StatusMsg(msg.uid, self.status()))
         elif isinstance(msg, ExitMsg):
             self.running = False
-        elif isinstance(msg, BatchBackendMsg):
-            for inner in msg.data:
-                self.process_msg(inner)
         else:
             raise MessageError(f"the scheduler does not handle {type(msg).__name__}")
         # <<< solution
@@ -82,8 +79,8 @@ class SchedulerIO:
         """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
         # TODO(ch14): for each recorded (req, token): the request is finished if it is in scheduler.finished
         #   (take it out: nobody else collects it); its finish_reason is "stop" for an EOS token it did not
-        #   ignore, else "length". Send the DetokenizeMsgs and the outbox together (BatchTokenizerMsg when more
-        #   than one), then clear both lists.
+        #   ignore, else "length". Send the DetokenizeMsgs and the outbox together in one frame (batched), then
+        #   clear both lists.
         # >>> solution
         replies: list[BaseTokenizerMsg] = []
         for req, token in self.new_tokens:
@@ -95,7 +92,7 @@ class SchedulerIO:
             replies.append(DetokenizeMsg(req.uid, token, finished, reason))
         replies += self.outbox
         if replies:
-            self.send.put(replies[0] if len(replies) == 1 else BatchTokenizerMsg(replies))
+            self.send.put(batched(replies, BatchTokenizerMsg))
         self.new_tokens, self.outbox = [], []
         # <<< solution
 

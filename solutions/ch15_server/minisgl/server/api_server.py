@@ -24,8 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
-from minisgl.message import (AbortMsg, BatchFrontendMsg, ErrorReply, GetStatusMsg, MessageError, StatusReply,
-                             UserReply)
+from minisgl.message import AbortMsg, ErrorReply, GetStatusMsg, MessageError, StatusReply, UserReply, unwrap
 from minisgl.server.args import ServerArgs
 from minisgl.server.launch import Workers
 from minisgl.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
@@ -73,8 +72,7 @@ class Frontend:
                 print(f"front end: dropped a bad frame: {e}", file=sys.stderr, flush=True)
                 continue
             if msg is not None:
-                replies = msg.data if isinstance(msg, BatchFrontendMsg) else [msg]
-                self.loop.call_soon_threadsafe(self._dispatch, replies)
+                self.loop.call_soon_threadsafe(self._dispatch, unwrap(msg))
             elif (reason := self.workers.dead_worker()) is not None:
                 self.loop.call_soon_threadsafe(self._fail_all, reason)
                 return

@@ -36,8 +36,6 @@ import random
 import re
 import shlex
 import signal
-import socket
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -49,6 +47,7 @@ from typing import Iterator
 import httpx
 
 from minisgl.benchmark.workload import nano_vllm_workload
+from minisgl.server.local import LocalServer
 
 PERCENTILES = (50, 90, 99)
 PLAIN_CHUNK = re.compile(rb'"finish_reason":\s*null')  # an event that carries text only (one choice a request)
@@ -236,17 +235,10 @@ class Client:
 
 
 # ----------------------------------------------------------------------------------------------- the server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
+def wait_healthy(url: str, timeout: float) -> None:
+    """Wait for a server this client did not start."""
     deadline = time.monotonic() + timeout
     while True:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the server exited while starting (exit code {proc.returncode})")
         try:
             if httpx.get(f"{url}/health", timeout=10).status_code == 200:
                 return
@@ -257,50 +249,26 @@ def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> Non
         time.sleep(0.5)
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 @contextmanager
 def local_server(model: Path, server_args: list[str], timeout: float, info: dict) -> Iterator[str]:
-    """`python -m minisgl.server` on a free port; yields its URL. The server gets a process group of its own, so
-    that on the way out (Ctrl-C included) it and its workers are stopped: SIGINT first (the server stops its
-    workers), SIGKILL for whatever is left after a grace period. info["left_behind"] says if anything was."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "minisgl.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-           *server_args]
-    print(f"== starting {shlex.join(cmd[1:])}", flush=True)
-    proc = subprocess.Popen(cmd, start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-    info.update(pid=proc.pid, command=cmd[1:])
+    """`python -m minisgl.server` on a free port (chapter 15's LocalServer); yields its URL. On the way out, Ctrl-C
+    included, it is stopped with SIGINT and whatever is left is killed; info records its pids, exit code and the
+    processes it left behind."""
+    print(f"== starting minisgl.server --model {model} {shlex.join(server_args)}", flush=True)
+    server = LocalServer(model, *server_args, start_timeout=timeout)
+    info.update(pid=server.proc.pid, pids=[server.proc.pid, *(p.pid for p in server.children)],
+                command=server.command[1:])
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc, timeout)
-        yield url
+        yield server.url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        deadline = time.monotonic() + 10
-        while group_alive(proc.pid) and time.monotonic() < deadline:  # its workers, on their way out
-            time.sleep(0.1)
-        info["left_behind"] = group_alive(proc.pid)
-        if info["left_behind"]:
-            os.killpg(proc.pid, signal.SIGKILL)
-        info["exit_code"] = proc.returncode
+        info["exit_code"] = server.stop()
+        info["left_behind"] = server.left_behind
 
 
 @contextmanager
 def target(args: argparse.Namespace, info: dict) -> Iterator[str]:
     if args.url:
-        wait_healthy(args.url.rstrip("/"), None, 30)
+        wait_healthy(args.url.rstrip("/"), 30)
         yield args.url.rstrip("/")
     else:
         with local_server(args.model, shlex.split(args.server_args), args.startup_timeout, info) as url:
