@@ -139,21 +139,27 @@ class TPGroup:
             self.shutdown()
             raise RuntimeError(f"the tensor-parallel ranks did not answer within {timeout} s")
         received = {}  # rank -> its message: rank 0's answer, or any rank's report of its error
-        for rank, conn in enumerate(self._conns):
-            try:
-                if conn.poll():
-                    received[rank] = conn.recv()
-            except Exception:  # noqa: BLE001 - a closed pipe, or an error that cannot be unpickled here
-                pass
+        for rank in range(len(self._conns)):
+            self._receive(rank, received)
             if rank == 0 and 0 in received and received[0][0] != "failed":
                 return received[0]
         failures = []  # (error, whether the rank reported it, exit code)
         for rank, p in enumerate(self.processes):
             p.join(0.5)  # a rank that reported an error is exiting: let it finish
+            if rank not in received:  # its report may have arrived while the others were read: it sends, then exits
+                self._receive(rank, received)
             if rank in received or not p.is_alive():
                 failures.append((rank_failure(rank, received.get(rank), p.exitcode), rank in received, p.exitcode))
         self.shutdown()
         raise root_cause(failures)
+
+    def _receive(self, rank: int, received: dict) -> None:
+        """Put rank's waiting message, if any, into received."""
+        try:
+            if self._conns[rank].poll():
+                received[rank] = self._conns[rank].recv()
+        except Exception:  # noqa: BLE001 - a closed pipe, or an error that cannot be unpickled here
+            pass
 
     def shutdown(self) -> None:
         """Ask the ranks to stop, then stop whichever did not within SHUTDOWN_GRACE_S."""
