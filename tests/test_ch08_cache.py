@@ -28,9 +28,14 @@ def make_req(row: int, cached_len: int, device_len: int, max_tokens: int = 8) ->
 
 
 @pytest.mark.stubs("CacheManager.allocate_paged")
-def test_allocation_hands_out_whole_pages():
+@pytest.mark.parametrize("two_copies", [False, True], ids=["cpu-table", "device-and-host-copies"])
+def test_allocation_hands_out_whole_pages(two_copies):
+    """With two_copies, the table stands for a GPU page table and host_table for the cache manager's own copy (on
+    a CPU they are one tensor): every mapping goes into both."""
     table = torch.full((3, 16), -1, dtype=torch.int32)
     cache = CacheManager(num_pages=6, page_size=4, page_table=table)
+    if two_copies:
+        cache.host_table = table.clone()
     a, b = make_req(0, 0, 5), make_req(1, 0, 3)
     cache.allocate_paged([a, b])
     assert cache.available_size == (6 - 3) * 4, "5 tokens take 2 pages, 3 tokens take 1"
@@ -51,6 +56,7 @@ def test_allocation_hands_out_whole_pages():
     with pytest.raises(MemoryError):
         cache.allocate_paged([make_req(2, 0, 9), make_req(1, 4, 5)])  # 3 + 1 pages, only 2 free
     assert cache.available_size == 8 and torch.equal(table, before), "all or nothing"
+    assert torch.equal(cache.host_table, table), "the host copy of the page table agrees with the table"
 
 
 @pytest.mark.stubs("CacheManager.free")

@@ -177,9 +177,14 @@ def test_a_split_node_keeps_its_locks_and_parents_go_after_children():
 
 
 @pytest.mark.stubs(*ALL_STUBS)
-def test_cache_req_frees_duplicates_and_repoints_the_row():
+@pytest.mark.parametrize("two_copies", [False, True], ids=["cpu-table", "device-and-host-copies"])
+def test_cache_req_frees_duplicates_and_repoints_the_row(two_copies):
+    """With two_copies, the table stands for a GPU page table and host_table for the cache manager's own copy (on
+    a CPU they are one tensor): both must be repointed, and every page freed is read from the host copy."""
     table = torch.zeros(2, 12, dtype=torch.int32)
     cache = CacheManager(num_pages=12, page_size=1, page_table=table, cache_type="radix")
+    if two_copies:
+        cache.host_table = table.clone()
     reqs = []
     for row in range(2):  # two requests with the same 6-token prompt, prefilled together (neither matched)
         req = Req(torch.tensor([5, 6, 7, 8, 9, 10], dtype=torch.int32), row, 0, 4, row, SamplingParams(max_tokens=4))
@@ -191,6 +196,7 @@ def test_cache_req_frees_duplicates_and_repoints_the_row():
     cache.cache_req(reqs[0], finished=False)
     cache.cache_req(reqs[1], finished=False)
     assert torch.equal(table[1, :6], first_slots), "the second request now reads the cached copy"
+    assert torch.equal(cache.host_table, table), "the host copy of the page table agrees with the table"
     assert cache.available_size == 12 - 6, "its own copy was freed: one copy of the prompt is left"
     assert cache.prefix_cache.protected_size == 6
     for req in reqs:
