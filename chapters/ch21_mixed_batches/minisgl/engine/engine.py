@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from minisgl.attention import create_attention_backend
+from minisgl.attention.utils import ints_to_device
 from minisgl.core import Batch, Context, SamplingParams
 from minisgl.distributed import get_tp_info, min_across_ranks, split_heads
 from minisgl.engine.config import EngineConfig
@@ -101,7 +102,7 @@ class Engine:
             return self.sampler.sample(logits, BatchSamplingArgs.from_reqs(reqs, self.device))
         tokens = torch.zeros(len(reqs), dtype=torch.int32, device=logits.device)
         if rows:
-            index = torch.tensor(rows).to(logits.device, non_blocking=True)  # no wait for the GPU
+            index = ints_to_device(rows, np.int64, logits.device)
             picked = [reqs[i] for i in rows]
             tokens[index] = self.sampler.sample(logits[index], BatchSamplingArgs.from_reqs(picked, self.device))
         return tokens
@@ -121,9 +122,8 @@ class Engine:
         next_tokens = self._sample(logits, batch.reqs)
         # The token is fed back only if the request may go on; one indexed write for the whole batch.
         feed = [v for i, r in enumerate(batch.reqs) if r.can_decode for v in (i, r.table_idx, r.device_len)]
-        if feed:  # a flat list through numpy: the cheapest way to a tensor, at every step
-            index = torch.from_numpy(np.array(feed, dtype=np.int64)).view(-1, 3)
-            picks, rows, cols = index.to(self.device, non_blocking=True).unbind(1)
+        if feed:
+            picks, rows, cols = ints_to_device(feed, np.int64, self.device).view(-1, 3).unbind(1)
             self.token_pool[rows, cols] = next_tokens[picks]
         for req in batch.reqs:
             req.complete_one()

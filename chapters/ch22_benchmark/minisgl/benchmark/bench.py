@@ -4,8 +4,8 @@
     python -m minisgl.benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
 
 Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256 and at batch 8,
-a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-no-splitk, ours-triton, ours-torch,
-hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one). One
+a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-no-splitk, ours-triton,
+ours-torch, hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one). One
 process can run several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
 in one file (or several, which the report merges). `--quick` shrinks everything to seconds on a CPU.
 """

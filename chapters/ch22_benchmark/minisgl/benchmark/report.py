@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["ours", "ours-fa", "ours-no-graphs", "ours-no-overlap", "ours-no-fused", "ours-no-splitk", "ours-triton", "ours-torch",
-         "nano-vllm", "hf-static", "hf-cb"]
+ORDER = ["ours", "ours-fa", "ours-no-graphs", "ours-no-overlap", "ours-no-fused", "ours-no-splitk", "ours-triton",
+         "ours-torch", "nano-vllm", "hf-static", "hf-cb"]
 TARGET_X_HF = 20  # output throughput target: this many times HF static generate
 TARGET_X_NANO = 1.5  # ... and this many times nano-vllm, the strongest peer that runs here
 TARGET_STEP_RATIO = 1.3  # decode step at batch 256 within this factor of its memory floor

@@ -127,10 +127,7 @@ def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: fl
     abort what is left after max_seconds)."""
     from minisgl.llm import LLM
 
-    try:
-        from minisgl.kernel.triton import attention as triton_attention
-    except ImportError:  # no triton: no split-K to turn off
-        triton_attention = None
+    triton_attention = _triton_attention()
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if str(device) == "auto" else device)
     kwargs, overlap = ours_config(name, device, workload, page_size, cuda_graph_max_bs)
     saved_env, saved_splits = env.ENV, triton_attention.MAX_SPLITS if triton_attention else None
@@ -182,17 +179,18 @@ def _run_ours(llm, workload: Workload, name: str, max_seconds: float | None, max
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
               "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,
-              "max_decode_splits": _max_decode_splits()}
+              "max_decode_splits": getattr(_triton_attention(), "MAX_SPLITS", None)}
     del llm, engine
     return RunOutput(clock.ordered(uids), wall, outputs, log.steps, log.phases, config, capped)
 
 
-def _max_decode_splits() -> int | None:
+def _triton_attention():
+    """Chapter 17's Triton attention module (where split-K's cap on slices lives), or None without triton."""
     try:
-        from minisgl.kernel.triton.attention import MAX_SPLITS
+        from minisgl.kernel.triton import attention
     except ImportError:
         return None
-    return MAX_SPLITS
+    return attention
 
 
 # ----------------------------------------------------------------------------------------------- Hugging Face

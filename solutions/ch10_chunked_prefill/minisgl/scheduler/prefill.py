@@ -78,7 +78,8 @@ class PrefillAdder:
         # TODO(ch10): chunk = min(token budget, remaining prompt); a chunk shorter than the rest makes a
         # ChunkedReq, else a Req. Charge the chunk to the budget; reserve the slots it still needs up to
         # pending.slots_needed (cache.slots_to_grow from cached_len); write only this chunk's tokens into the
-        # token pool (_write_ids). The request's input_ids run up to the chunk's end; it keeps handle, row and cached_len.
+        # token pool (_write_ids). The request's input_ids run up to the chunk's end; it keeps handle, row and
+        # cached_len.
         # >>> solution
         remain = len(pending.input_ids) - cached_len
         chunk = min(self.token_budget, remain)

@@ -10,6 +10,13 @@ import torch
 from minisgl.core import Batch
 
 
+def ints_to_device(values: list[int], dtype: type, device: torch.device | str) -> torch.Tensor:
+    """A list of Python ints as a 1-D tensor on `device` (numpy dtype `dtype`), copied without blocking: a
+    blocking copy would wait for everything queued on the GPU. numpy builds the array about 3x faster than
+    torch.tensor does, which matters for lists built at every step."""
+    return torch.from_numpy(np.array(values, dtype=dtype)).to(device, non_blocking=True)
+
+
 def make_positions(batch: Batch, device: torch.device | str) -> torch.Tensor:
     """Position of every new token: request r contributes cached_len .. device_len-1."""
     ranges = [torch.arange(r.cached_len, r.device_len) for r in batch.reqs]
@@ -36,9 +43,8 @@ def prepare_batch(batch: Batch, token_pool: torch.Tensor, page_table: torch.Tens
 def _prepare_decode(batch: Batch, token_pool: torch.Tensor, page_table: torch.Tensor) -> None:
     """One new token per request: one indexed read of each table (a single host-to-device copy of the
     (row, position) pairs), not a slice and a cat per request."""
-    pairs = [v for r in batch.reqs for v in (r.table_idx, r.cached_len)]  # flat, through numpy: the cheapest way
-    index = torch.from_numpy(np.array(pairs, dtype=np.int64)).view(-1, 2)
-    rows, cols = index.to(token_pool.device, non_blocking=True).unbind(1)
+    pairs = [v for r in batch.reqs for v in (r.table_idx, r.cached_len)]
+    rows, cols = ints_to_device(pairs, np.int64, token_pool.device).view(-1, 2).unbind(1)
     batch.input_ids = token_pool[rows, cols]
     batch.out_loc = page_table[rows, cols]
     batch.positions = cols

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from minisgl.attention import create_attention_backend
+from minisgl.attention.utils import ints_to_device
 from minisgl.core import Batch, Context, SamplingParams
 from minisgl.distributed import get_tp_info, min_across_ranks, split_heads
 from minisgl.engine.config import EngineConfig
@@ -108,9 +109,8 @@ class Engine:
         next_tokens = self.sampler.sample(logits, BatchSamplingArgs.from_reqs(batch.reqs, self.device))
         # The token is fed back only if the request may go on; one indexed write for the whole batch.
         feed = [v for i, r in enumerate(batch.reqs) if r.can_decode for v in (i, r.table_idx, r.device_len)]
-        if feed:  # a flat list through numpy: the cheapest way to a tensor, at every step
-            index = torch.from_numpy(np.array(feed, dtype=np.int64)).view(-1, 3)
-            picks, rows, cols = index.to(self.device, non_blocking=True).unbind(1)
+        if feed:
+            picks, rows, cols = ints_to_device(feed, np.int64, self.device).view(-1, 3).unbind(1)
             self.token_pool[rows, cols] = next_tokens[picks]
         for req in batch.reqs:
             req.complete_one()

@@ -14,6 +14,8 @@ Both kernels also run on a CPU under TRITON_INTERPRET=1 (slowly), which is how t
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import triton
 import triton.language as tl
@@ -132,9 +134,14 @@ def decode_splits(batch: int, kv_heads: int, device: torch.device) -> int:
     (the interpreter gains nothing from more programs)."""
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    room = WAVE_PROGRAMS * sms // (batch * kv_heads)
+    room = WAVE_PROGRAMS * _sm_count(device) // (batch * kv_heads)
     return min(MAX_SPLITS, 1 << (room.bit_length() - 1)) if room > 1 else 1
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a GPU, asked once (a decode step without graphs asks once per layer)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 # Measured on an H200 (132 SMs; chapter 22's split sweep, contexts of 512 and 1,536): 4 programs per SM was
