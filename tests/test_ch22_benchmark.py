@@ -166,6 +166,34 @@ def test_qwen3_0_6b_shape_has_596m_parameters():
     assert round(want * 2 / 1e9, 2) == 1.19, "the design's 1.19 GB in bf16"
 
 
+def test_gemm_shapes_are_hugging_faces_linear_weights_and_times_count_their_bytes():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from minisgl.benchmark.micro import gemm_times, model_gemm_shapes
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B))
+    cfg = model.config.to_dict()
+    cfg["architectures"] = ["Qwen3ForCausalLM"]
+    shapes = model_gemm_shapes(ModelConfig.from_dict(cfg))
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    hf = {"qkv": (attn.q_proj.in_features, attn.q_proj.out_features + attn.k_proj.out_features
+                  + attn.v_proj.out_features),
+          "o": (attn.o_proj.in_features, attn.o_proj.out_features),
+          "gate_up": (mlp.gate_proj.in_features, mlp.gate_proj.out_features + mlp.up_proj.out_features),
+          "down": (mlp.down_proj.in_features, mlp.down_proj.out_features),
+          "lm_head": (model.lm_head.in_features, model.lm_head.out_features)}
+    assert shapes == hf, f"GEMM shapes {shapes} differ from Hugging Face's linear layers {hf}"
+    mc = ModelConfig.from_path(model_path("tiny-qwen3"))
+    rows = gemm_times(torch.device("cpu"), mc, torch.float32, rows=(1, 3), cold_bytes=2**16, iters=1)
+    assert [(r["gemm"], r["rows"]) for r in rows] == [(g, m) for g in model_gemm_shapes(mc) for m in (1, 3)]
+    for r in rows:
+        k, n = model_gemm_shapes(mc)[r["gemm"]]
+        assert r["weight_bytes"] == k * n * 4, f"{r['gemm']}: {r['weight_bytes']} bytes for a {n}x{k} fp32 weight"
+        assert r["us"] > 0 and r["weight_gbs"] == pytest.approx(r["weight_bytes"] / r["us"] / 1e3)
+
+
 @pytest.mark.stubs("decode_step_bytes")
 def test_decode_step_bytes_equal_weights_plus_hugging_faces_kv_cache(tiny_qwen3):
     hf = hf_model("tiny-qwen3")
