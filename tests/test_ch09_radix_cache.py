@@ -114,14 +114,22 @@ def test_pages_are_never_split():
 
 
 @pytest.mark.stubs(*TREE_STUBS)
-@pytest.mark.parametrize("page_size", [1, 2, 4])
-def test_random_inserts_and_matches_agree_with_a_brute_force_oracle(page_size):
-    rng = random.Random(page_size)
+@pytest.mark.parametrize("page_size,long", [(1, False), (2, False), (4, False), (1, True), (3, True), (16, True)])
+def test_random_inserts_and_matches_agree_with_a_brute_force_oracle(page_size, long):
+    """Short sequences of three token values (many splits), and long ones (hundreds of tokens) that share
+    a long prefix with one of a few stems and part from it at a random token (long common runs)."""
+    rng = random.Random(page_size + 100 * long)
+    stems = [[rng.randrange(50) for _ in range(600)] for _ in range(3)]
     tree = RadixCache(page_size=page_size)
     stored: dict[tuple[int, ...], list[int]] = {}  # every cached page (keyed by the prefix it ends) -> its slots
     next_slot = 0
     for _ in range(300):
-        ids = [rng.randrange(3) for _ in range(rng.randrange(0, 7) * page_size)]
+        if long:
+            n = rng.randrange(0, 500 // page_size + 1) * page_size
+            cut = rng.randrange(0, n + 1)
+            ids = rng.choice(stems)[:cut] + [rng.randrange(50) for _ in range(n - cut)]
+        else:
+            ids = [rng.randrange(3) for _ in range(rng.randrange(0, 7) * page_size)]
         known = 0  # whole pages the oracle has, in tokens
         while known < len(ids) and tuple(ids[: known + page_size]) in stored:
             known += page_size

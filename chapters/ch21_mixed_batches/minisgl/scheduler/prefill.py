@@ -48,8 +48,11 @@ class PrefillAdder:
 
     def _write_ids(self, row: int, ids: torch.Tensor, start: int, end: int) -> None:
         """Token ids [start, end) of a prompt into its token-pool row. non_blocking: a blocking copy to the GPU
-        would wait for the batch running there, and admission runs while it does (chapter 11)."""
-        self.table.token_pool[row, start:end] = ids[start:end].to(self.table.token_pool.device, non_blocking=True)
+        would wait for the batch running there, and admission runs while it does (chapter 11). Nothing to copy
+        (no cached prefix) launches nothing."""
+        if end > start:
+            self.table.token_pool[row, start:end] = ids[start:end].to(self.table.token_pool.device,
+                                                                       non_blocking=True)
 
     def _try_allocate_one(self, pending: PendingReq) -> tuple[CacheHandle, int] | None:
         """Admission of a new request: a free row, its cached prefix locked, and room for everything it will

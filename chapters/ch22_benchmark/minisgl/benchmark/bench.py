@@ -195,6 +195,11 @@ def run_micro(bench: Bench) -> dict:
 
         out["decode_splits"] = decode_split_sweep(bench.device, mc.num_qo_heads, mc.num_kv_heads, mc.head_dim,
                                                   bench.dtype)
+    # Each of the model's GEMMs alone, at a few batch sizes: what a matmul of a few rows costs per call.
+    from minisgl.benchmark.micro import gemm_times
+
+    out["gemms"] = (gemm_times(bench.device, mc, bench.dtype, rows=(1, 8), cold_bytes=2**20, iters=1) if quick
+                    else gemm_times(bench.device, mc, bench.dtype))
     # One decode step of the whole engine at a large batch, in our best configuration.
     batch, prompt, steps, skip = ((8, 16, 8, 2) if quick else (args.decode_batch, args.decode_prompt,
                                                                 args.decode_steps, 4))

@@ -119,6 +119,39 @@ def decode_split_sweep(device: torch.device, q_heads: int, kv_heads: int, head_d
     return rows
 
 
+def model_gemm_shapes(mc) -> dict[str, tuple[int, int]]:
+    """(in_features, out_features) of each matrix multiply a decode step makes: four per layer and the LM head."""
+    q, kv = mc.num_qo_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
+    return {"qkv": (mc.hidden_size, q + 2 * kv), "o": (q, mc.hidden_size),
+            "gate_up": (mc.hidden_size, 2 * mc.intermediate_size), "down": (mc.intermediate_size, mc.hidden_size),
+            "lm_head": (mc.hidden_size, mc.vocab_size)}
+
+
+def gemm_times(device: torch.device, mc, dtype: torch.dtype, rows: tuple[int, ...] = (1, 8, 64, 256),
+               cold_bytes: int = 2**28, iters: int = 3) -> list[dict]:
+    """PyTorch's matmul (cuBLAS on a GPU) for each of the model's GEMMs at each batch size, weights cold.
+
+    One weight would stay in the L2 cache from one call to the next and be read at the cache's speed; the
+    engine reads every weight once per step from memory. So each GEMM cycles through enough copies of its
+    weight to fill `cold_bytes` (more than any L2), one copy per call, and the copies are timed as one CUDA
+    graph (as the engine's decode steps run). The time per call against the weight's bytes shows how far a
+    GEMM of a few rows is from streaming its weight at the copy bandwidth."""
+    out = []
+    for name, (k, n) in model_gemm_shapes(mc).items():
+        weight_bytes = k * n * dtype.itemsize
+        copies = max(1, min(64, cold_bytes // weight_bytes))
+        weights = [torch.randn(n, k, device=device, dtype=dtype) for _ in range(copies)]
+        for m in rows:
+            x = torch.randn(m, k, device=device, dtype=dtype)
+            calls = iter(range(2**62))
+            t = seconds_per_call(lambda: torch.nn.functional.linear(x, weights[next(calls) % copies]), device,
+                                 iters * copies, warmup=copies, graph=True)
+            out.append({"gemm": name, "rows": m, "in_features": k, "out_features": n, "weight_bytes": weight_bytes,
+                        "us": t * 1e6, "weight_gbs": weight_bytes / t / 1e9})
+        del weights
+    return out
+
+
 def decode_step_time(llm, batch: int, prompt_len: int, steps: int, weight_bytes: int, kv_per_token: int,
                      bandwidth: float, skip: int = 4, seed: int = 0) -> dict:
     """Time the engine's decode steps with `batch` requests of `prompt_len` tokens, against their floor.

@@ -54,11 +54,20 @@ class RadixCache(BasePrefixCache):
         return tuple(ids[pos : pos + self.page_size])
 
     def _common_len(self, key: list[int], ids: list[int], pos: int) -> int:
-        """Leading tokens that key and ids[pos:] share, rounded down to whole pages."""
-        n, limit = 0, min(len(key), len(ids) - pos)
-        while n < limit and key[n] == ids[pos + n]:
-            n += 1
-        return n - n % self.page_size
+        """Leading tokens that key and ids[pos:] share, rounded down to whole pages.
+
+        Compared as list slices (a loop in C; a Python loop over tokens takes ~25 us per 1,024): the whole run
+        first, the usual case; else the longest matching run of pages by binary lifting, halving the step."""
+        page = self.page_size
+        pages = min(len(key), len(ids) - pos) // page
+        if key[: pages * page] == ids[pos : pos + pages * page]:
+            return pages * page
+        n, step = 0, 1 << (pages.bit_length() - 1)  # in pages; the first `n` pages are known to match
+        while step:
+            if n + step <= pages and key[n * page : (n + step) * page] == ids[pos + n * page : pos + (n + step) * page]:
+                n += step
+            step >>= 1
+        return n * page
 
     def _split(self, node: RadixNode, k: int) -> RadixNode:
         """Cut `node` after its first k tokens (a page multiple, 0 < k < len): a new node with those k tokens
