@@ -43,6 +43,17 @@ class Problem:
     def source(self, name: str) -> str:
         return (self.folder / name).read_text()
 
+    def localized(self, lang: str) -> "Problem":
+        """The problem as a page in `lang` shows it: title, statement and explanation from problem.<lang>.md
+        (its front matter holds the title only; chapter, difficulty and tags stay those of problem.md)."""
+        path = self.folder / f"problem.{lang}.md"
+        if lang == "en" or not path.exists():
+            return self
+        fields, body = parse_front_matter(path.read_text(), str(path))
+        statement, _, explanation = body.partition(EXPLANATION_MARK)
+        return Problem(self.id, fields.get("title", self.title), self.chapter, self.difficulty, self.tags,
+                       statement.strip(), explanation.strip())
+
 
 def parse_front_matter(text: str, where: str) -> tuple[dict, str]:
     """`---`-delimited `key: value` lines (tags as [a, b]); returns (fields, body)."""

@@ -11,6 +11,12 @@ admonition or a content tab; the expansion keeps the indentation):
     ::output <slug>                               docs/outputs/<slug>.txt (made by `make outputs`)
     ::problems [N]                                the practice problems (all, or chapter N's), each
                                                    title linked to its page
+    ::glossary                                    the glossary's table (docs/glossary.yml)
+
+Two languages (mkdocs-static-i18n builds English at / and Chinese at /zh/): on a Chinese page
+(`*.zh.md`) every label the hook writes is Chinese, the problem tables and pages take their text from
+`problem.zh.md`, and each heading gets the id of its English twin's heading (tools/i18n.py), so an anchor
+such as `#run-it` names the same section in both languages.
 
 The hook also generates one page per practice problem (practice/<id>.md, from practice/problems/<id>/:
 links back to all problems and the chapter, statement, the browser judge's editor and buttons, the
@@ -33,6 +39,7 @@ import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -54,6 +61,75 @@ LANGS = {".py": "python", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".js
 
 class DirectiveError(Exception):
     """A problem with one directive; turned into a PluginError with the page and line."""
+
+
+# Every label the hook writes into a page, per language (the page's language: `zh` for `*.zh.md`).
+STRINGS = {
+    "en": {
+        "starting point": "{path} (your starting point)",
+        "reference title": "Reference solution: {what} (try it yourself first)",
+        "reference warning": ("This is the answer to the exercise ({todo}). Write your own version in `{file}` "
+                              "first, pass `make check CH={n}`, then compare."),
+        "tree title": "the package at the end of chapter {n}",
+        "tree counts": ("**{total}** {files} in total · **{new}** new in chapter {n} · "
+                        "**{modified}** modified in chapter {n}"),
+        "file": "file", "files": "files",
+        "output title": "output of {slug}/main.py",
+        "no problems": "_No practice problems for this chapter yet._",
+        "col problem": "problem", "col chapter": "chapter", "col difficulty": "difficulty",
+        "col local": "judge it locally",
+        "easy": "easy", "medium": "medium", "hard": "hard",
+        "solved": "solved",
+        "all problems": "← All problems", "chapter": "Chapter {n}",
+        "your solution": "Your solution", "editor label": "your solution",
+        "run": "Run", "submit": "Submit", "reset": "Reset",
+        "run tip": "run the example tests (Ctrl+Enter)", "submit tip": "run every test (Ctrl+Shift+Enter)",
+        "reset tip": "put the starter code back",
+        "status": "Python starts when you first run your code.",
+        "how": ("**Run** checks the example tests, **Submit** every test. Your code runs in your browser "
+                "(Pyodide,\nserved by this site) and is saved in this browser as you type. Tags: {tags}.\n"
+                "Locally: `python practice/judge.py start {id}`, then `python practice/judge.py {id}`."),
+        "no tags": "none",
+        "explanation": "Explanation", "no explanation": "_No explanation yet._",
+        "glossary head": "| English | 中文 | meaning |",
+    },
+    "zh": {
+        "starting point": "{path}（你的起点）",
+        "reference title": "参考实现：{what}（先自己动手写）",
+        "reference warning": ("这是练习的答案（{todo}）。请先在 `{file}` 里写出你自己的版本，"
+                              "通过 `make check CH={n}` 之后再来对照。"),
+        "tree title": "第 {n} 章结束时的包",
+        "tree counts": "共 **{total}** 个文件 · 第 {n} 章新增 **{new}** 个 · 第 {n} 章修改 **{modified}** 个",
+        "file": "文件", "files": "文件",
+        "output title": "{slug}/main.py 的输出",
+        "no problems": "_本章暂时还没有练习题。_",
+        "col problem": "题目", "col chapter": "章", "col difficulty": "难度", "col local": "本地评测",
+        "easy": "简单", "medium": "中等", "hard": "困难",
+        "solved": "已通过",
+        "all problems": "← 全部练习题", "chapter": "第 {n} 章",
+        "your solution": "你的解答", "editor label": "你的解答",
+        "run": "运行", "submit": "提交", "reset": "重置",
+        "run tip": "运行示例测试（Ctrl+Enter）", "submit tip": "运行全部测试（Ctrl+Shift+Enter）",
+        "reset tip": "恢复初始代码",
+        "status": "第一次运行代码时才会启动 Python。",
+        "how": ("**运行** 只跑示例测试，**提交** 跑全部测试。代码在你的浏览器里执行（Pyodide，由本站自己提供），"
+                "边写边保存在这个浏览器里。标签：{tags}。\n"
+                "本地评测：先 `python practice/judge.py start {id}`，再 `python practice/judge.py {id}`。"),
+        "no tags": "无",
+        "explanation": "讲解", "no explanation": "_暂无讲解。_",
+        "glossary head": "| 中文 | English | 含义 |",
+    },
+}
+LANGUAGES = tuple(STRINGS)
+
+
+def say(lang: str, key: str, **fields) -> str:
+    return STRINGS[lang][key].format(**fields)
+
+
+def page_language(src_uri: str) -> str:
+    """`zh` for a Chinese page (`x.zh.md`), else `en`."""
+    return next((lang for lang in LANGUAGES if lang != "en" and src_uri.endswith(f".{lang}.md")), "en")
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,24 +292,22 @@ def _fenced(text: str, lang: str, title: str) -> str:
     return f'{fence}{lang} title="{title}"\n{text}{fence}\n'
 
 
-def render_code(rel: str, symbol: str | None = None) -> str:
+def render_code(rel: str, symbol: str | None = None, lang: str = "en") -> str:
     """Given code: one open block. Code with a TODO stub: the learner's skeleton open, the reference folded."""
-    lang = LANGS.get(Path(rel).suffix, "text")
+    code_lang = LANGS.get(Path(rel).suffix, "text")
     shown = _display_path(rel)
-    reference = _fenced(extract_code(rel, symbol), lang, shown)
-    skeleton = extract_skeleton(rel, symbol) if lang == "python" else None
+    reference = _fenced(extract_code(rel, symbol), code_lang, shown)
+    skeleton = extract_skeleton(rel, symbol) if code_lang == "python" else None
     if skeleton is None:
         return reference
     skeleton_text, stubs = skeleton
-    what = symbol or shown
     todo = ", ".join(f"`{name}`" for name in stubs)
-    learner_file = "chapters/" + rel.removeprefix("solutions/")
-    number = int(_chapter_of(rel)[2:])
-    warning = (f"This is the answer to the exercise ({todo}). Write your own version in `{learner_file}` "
-               f"first, pass `make check CH={number}`, then compare.")
+    warning = say(lang, "reference warning", todo=todo, file="chapters/" + rel.removeprefix("solutions/"),
+                  n=int(_chapter_of(rel)[2:]))
     folded = f"{warning}\n\n{reference}"
-    return (_fenced(skeleton_text, lang, f"{shown} (your starting point)")
-            + f'\n??? warning course-solution "Reference solution: {what} (try it yourself first)"\n\n'
+    title = say(lang, "reference title", what=symbol or shown)
+    return (_fenced(skeleton_text, code_lang, say(lang, "starting point", path=shown))
+            + f'\n??? warning course-solution "{title}"\n\n'
             + _indent(folded) + "\n")
 
 
@@ -286,22 +360,21 @@ def _draw(paths: list[str], marks: dict[str, str]) -> list[str]:
     return out
 
 
-def render_tree(n: int) -> str:
+def render_tree(n: int, lang: str = "en") -> str:
     paths, new, modified = tree_status(n)
     marks = {p: "new" for p in new} | {p: "modified" for p in modified}
     body = "\n".join(_draw(paths, marks))
-    counts = (
-        f"**{len(paths)}** {'file' if len(paths) == 1 else 'files'} in total · "
-        f"**{len(new)}** new in chapter {n} · **{len(modified)}** modified in chapter {n}"
-    )
-    return f'```text title="the package at the end of chapter {n}"\n{body}\n```\n\n{counts}\n{{ .course-tree-counts }}\n'
+    counts = say(lang, "tree counts", total=len(paths), files=say(lang, "file" if len(paths) == 1 else "files"),
+                 new=len(new), modified=len(modified), n=n)
+    title = say(lang, "tree title", n=n)
+    return f'```text title="{title}"\n{body}\n```\n\n{counts}\n{{ .course-tree-counts }}\n'
 
 
 # --------------------------------------------------------------------------------------------
 # ::output
 
 
-def render_output(slug: str) -> str:
+def render_output(slug: str, lang: str = "en") -> str:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", slug):
         raise DirectiveError(f"bad output name {slug!r} (expected a chapter slug like ch10_chunked_prefill)")
     rel = f"{OUTPUTS_DIR}/{slug}.txt"
@@ -310,7 +383,7 @@ def render_output(slug: str) -> str:
         raise DirectiveError(f"{rel} is missing: run `make outputs` to generate the chapters' outputs")
     text = ANSI.sub("", path.read_text(encoding="utf-8")).rstrip() + "\n"
     fence = _fence_for(text)
-    return f'{fence}text title="output of {slug}/main.py"\n{text}{fence}\n'
+    return f'{fence}text title="{say(lang, "output title", slug=slug)}"\n{text}{fence}\n'
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,26 +418,47 @@ def _problems() -> list:
         raise DirectiveError(f"a practice problem is malformed: {e}") from e
 
 
-def render_problems(chapter: int | None = None, page_dir: str = PRACTICE_DIR) -> str:
+def render_problems(chapter: int | None = None, page_dir: str = PRACTICE_DIR, lang: str = "en") -> str:
     """A table of the practice problems (all, or one chapter's), read from practice/problems/.
 
     Each title links to the problem's generated page (relative to `page_dir`, the docs folder of the
-    page that holds the table); practice.js fills the first column with solved marks (localStorage)
-    and gives the `.practice-index` block its chapter/difficulty filters.
+    page that holds the table) and carries its solved mark (practice.js fills it from localStorage); the
+    header cells name their column for practice.js (`data-col`), which gives the `.practice-index`
+    block its chapter/difficulty filters in either language.
     """
     import posixpath
 
     problems = [p for p in _problems() if chapter is None or p.chapter == chapter]
     if not problems:
-        return "_No practice problems for this chapter yet._\n"
-    rows = ["| | problem | chapter | difficulty | judge it locally |", "|---|---|---|---|---|"]
+        return say(lang, "no problems") + "\n"
+    head = " | ".join(f'<span data-col="{col}">{say(lang, "col " + col)}</span>'
+                      for col in ("problem", "chapter", "difficulty", "local"))
+    rows = [f"| {head} |", "|---|---|---|---|"]
     for p in problems:
+        shown = p.localized(lang)
         link = posixpath.relpath(f"{PRACTICE_DIR}/{p.id}.md", page_dir or ".")
-        mark = f'<span class="practice-solved" data-problem="{p.id}" title="solved"></span>'
-        rows.append(f"| {mark} | [{p.title}]({link}) | {p.chapter} | {p.difficulty} "
+        mark = f'<span class="practice-solved" data-problem="{p.id}" title="{say(lang, "solved")}"></span>'
+        level = f'<span data-difficulty="{p.difficulty}">{say(lang, p.difficulty)}</span>'
+        rows.append(f"| [{shown.title}]({link}) {mark} | {p.chapter} | {level} "
                     f"| `python practice/judge.py start {p.id}` |")
     table = "\n".join(rows)
     return f'<div class="practice-index" markdown>\n\n{table}\n\n</div>\n'
+
+
+# --------------------------------------------------------------------------------------------
+# ::glossary
+
+
+def render_glossary(lang: str = "en") -> str:
+    """The glossary (docs/glossary.yml) as a table: English pages lead with the English term, Chinese ones
+    with the Chinese."""
+    from tools import i18n
+
+    rows = [say(lang, "glossary head"), "|---|---|---|"]
+    for e in i18n.glossary():
+        cells = (e["en"], e["zh"], e["en_note"]) if lang == "en" else (e["zh"], e["en"], e["zh_note"])
+        rows.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return '<div class="course-glossary" markdown>\n\n' + "\n".join(rows) + "\n\n</div>\n"
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -377,7 +471,7 @@ def _chapter_page(number: int) -> str | None:
     return f"chapters/{found[0].name}" if found else None
 
 
-def problem_page(problem) -> str:
+def problem_page(problem, lang: str = "en") -> str:
     """The markdown of one problem's page: statement, the browser judge, the explanation folded."""
     import base64
     import json
@@ -392,43 +486,44 @@ def problem_page(problem) -> str:
     }
     # base64: nothing in the sources can close the <script> element or be touched by markdown.
     payload = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
-    tags = "".join(f" · `{t}`" for t in problem.tags)
+    shown = problem.localized(lang)
+    tags = " · ".join(f"`{t}`" for t in problem.tags) or say(lang, "no tags")
     chapter_page = _chapter_page(problem.chapter)
-    chapter_link = f" · [Chapter {problem.chapter}](../{chapter_page})" if chapter_page else ""
-    explanation = problem.explanation or "_No explanation yet._"
-    title = json.dumps(problem.title)
+    chapter = say(lang, "chapter", n=problem.chapter)
+    chapter_link = f" · [{chapter}](../{chapter_page})" if chapter_page else ""
+    explanation = shown.explanation or say(lang, "no explanation")
+    s = {k: say(lang, k) for k in ("run", "submit", "reset", "run tip", "submit tip", "reset tip", "status",
+                                    "editor label", "solved", "your solution", "explanation", "all problems")}
     return f"""---
-title: {title}
+title: {json.dumps(shown.title)}
 ---
 
-[← All problems](index.md){chapter_link}
+[{s["all problems"]}](index.md){chapter_link}
 {{ .practice-back }}
 
-# {problem.title}
+# {shown.title}
 
-<p class="practice-meta">Chapter {problem.chapter} · <span class="practice-difficulty practice-{problem.difficulty}">{problem.difficulty}</span> <span class="practice-solved" data-problem="{problem.id}" title="solved"></span></p>
+<p class="practice-meta">{chapter} · <span class="practice-difficulty practice-{problem.difficulty}">{say(lang, problem.difficulty)}</span> <span class="practice-solved" data-problem="{problem.id}" title="{s["solved"]}"></span></p>
 
-{problem.statement}
+{shown.statement}
 
-## Your solution
+## {s["your solution"]} {{ #your-solution }}
 
 <div class="practice-judge" data-problem="{problem.id}">
-<div class="practice-editor"><textarea class="practice-code" spellcheck="false" aria-label="your solution"></textarea></div>
+<div class="practice-editor"><textarea class="practice-code" spellcheck="false" aria-label="{s["editor label"]}"></textarea></div>
 <div class="practice-buttons">
-<button type="button" class="md-button md-button--primary practice-run" title="run the example tests (Ctrl+Enter)">Run</button>
-<button type="button" class="md-button md-button--primary practice-submit" title="run every test (Ctrl+Shift+Enter)">Submit</button>
-<button type="button" class="md-button practice-reset" title="put the starter code back">Reset</button>
-<span class="practice-status" role="status">Python starts when you first run your code.</span>
+<button type="button" class="md-button md-button--primary practice-run" title="{s["run tip"]}">{s["run"]}</button>
+<button type="button" class="md-button md-button--primary practice-submit" title="{s["submit tip"]}">{s["submit"]}</button>
+<button type="button" class="md-button practice-reset" title="{s["reset tip"]}">{s["reset"]}</button>
+<span class="practice-status" role="status">{s["status"]}</span>
 </div>
 <div class="practice-results" aria-live="polite"></div>
 </div>
 <script type="application/json" class="practice-data">{payload}</script>
 
-**Run** checks the example tests, **Submit** every test. Your code runs in your browser (Pyodide,
-served by this site) and is saved in this browser as you type. Tags: {tags.removeprefix(" · ") or "none"}.
-Locally: `python practice/judge.py start {problem.id}`, then `python practice/judge.py {problem.id}`.
+{say(lang, "how", tags=tags, id=problem.id)}
 
-??? note "Explanation"
+??? note "{s["explanation"]}"
 
 {_indent(explanation)}
 """
@@ -438,28 +533,33 @@ Locally: `python practice/judge.py start {problem.id}`, then `python practice/ju
 # page expansion
 
 
-def expand_directive(name: str, args: list[str], page_dir: str = PRACTICE_DIR) -> str:
+def expand_directive(name: str, args: list[str], page_dir: str = PRACTICE_DIR, lang: str = "en") -> str:
     if name == "code":
         if len(args) not in (1, 2):
             raise DirectiveError("usage: ::code solutions/<slug>/<path> [Symbol.qualname]")
-        return render_code(args[0], args[1] if len(args) == 2 else None)
+        return render_code(args[0], args[1] if len(args) == 2 else None, lang)
     if name == "tree":
         if len(args) != 1 or not args[0].isdigit():
             raise DirectiveError("usage: ::tree N   (N = chapter number)")
-        return render_tree(int(args[0]))
+        return render_tree(int(args[0]), lang)
     if name == "output":
         if len(args) != 1:
             raise DirectiveError("usage: ::output <chapter slug>")
-        return render_output(args[0])
+        return render_output(args[0], lang)
     if name == "problems":
         if len(args) > 1 or (args and not args[0].isdigit()):
             raise DirectiveError("usage: ::problems [chapter number]")
-        return render_problems(int(args[0]) if args else None, page_dir)
-    raise DirectiveError(f"unknown directive ::{name} (known: ::code, ::tree, ::output, ::problems)")
+        return render_problems(int(args[0]) if args else None, page_dir, lang)
+    if name == "glossary":
+        if args:
+            raise DirectiveError("usage: ::glossary")
+        return render_glossary(lang)
+    raise DirectiveError(f"unknown directive ::{name} (known: ::code, ::tree, ::output, ::problems, ::glossary)")
 
 
-def expand_markdown(markdown: str, where: str = "<page>", page_dir: str = PRACTICE_DIR) -> str:
-    """Expand every directive line of a page (outside fenced code); page_dir: the page's docs folder."""
+def expand_markdown(markdown: str, where: str = "<page>", page_dir: str = PRACTICE_DIR, lang: str = "en") -> str:
+    """Expand every directive line of a page (outside fenced code); page_dir: the page's docs folder,
+    lang: the page's language (the labels the directives write)."""
     out: list[str] = []
     fence: str | None = None  # the opening fence while inside a code block
     for lineno, line in enumerate(markdown.splitlines(keepends=True), 1):
@@ -481,7 +581,7 @@ def expand_markdown(markdown: str, where: str = "<page>", page_dir: str = PRACTI
             continue
         indent = d.group("indent")
         try:
-            block = expand_directive(d.group("name"), d.group("args").split(), page_dir)
+            block = expand_directive(d.group("name"), d.group("args").split(), page_dir, lang)
         except DirectiveError as exc:
             raise PluginError(f"{where}:{lineno}: {stripped.strip()}\n    {exc}") from None
         block_lines = block.rstrip("\n").split("\n")
@@ -493,6 +593,37 @@ def expand_markdown(markdown: str, where: str = "<page>", page_dir: str = PRACTI
 # mkdocs events
 
 
+def _build_language(config) -> str:
+    """The language being built: mkdocs-static-i18n builds each one in turn and sets the theme's language."""
+    lang = config.theme.get("language") or "en"
+    return lang if lang in LANGUAGES else "en"
+
+
+JIEBA_WORDS = ROOT / "build" / "jieba-words.txt"
+
+
+def _jieba_words(config) -> None:
+    """Give jieba (Material's Chinese search segmentation) the glossary's Chinese terms as words, so a search
+    for 分块 or 基数树 finds its pages: without them jieba may cut a term into pieces no query matches."""
+    from tools import i18n
+
+    search = config.plugins.get("material/search") or config.plugins.get("search")
+    if search is None or "jieba_dict_user" not in search.config:
+        return
+    words: list[str] = []
+    for entry in i18n.glossary():
+        for part in re.split(r"[/（）()、]", str(entry["zh"])):
+            part = part.strip()
+            if re.search(r"[\u4e00-\u9fff]", part) and " " not in part and part not in words:
+                words.append(part)
+    JIEBA_WORDS.parent.mkdir(exist_ok=True)
+    text = "".join(f"{w} 100000\n" for w in words)
+    if not JIEBA_WORDS.is_file() or JIEBA_WORDS.read_text(encoding="utf-8") != text:
+        JIEBA_WORDS.write_text(text, encoding="utf-8")
+    search.config.jieba_dict_user = str(JIEBA_WORDS)
+
+
+@event_priority(100)  # before the search plugin reads its jieba word list
 def on_config(config, **kwargs):
     """Bundle mermaid/KaTeX from npm if docs/assets/vendor/ is missing or stale (fast when done)."""
     from tools import vendor_assets
@@ -502,22 +633,42 @@ def on_config(config, **kwargs):
             log.info("course: vendored docs assets into docs/assets/vendor/")
     except vendor_assets.VendorError as exc:
         raise PluginError(f"course: cannot bundle the docs assets (mermaid, KaTeX, Pyodide, CodeMirror):\n{exc}") from None
+    _jieba_words(config)
     return config
 
 
-def on_files(files, config, **kwargs):
-    """One generated page per practice problem: practice/<id>.md (on_nav puts them under Practice)."""
+def _problem_file(config, problem, lang: str, content: str | None):
+    """The generated page of one problem in one language, with what mkdocs-static-i18n gives the pages it
+    reconfigures (its language and its twins), so the language switcher leads to the same problem."""
     from mkdocs.structure.files import File, InclusionLevel
 
+    uri = f"{PRACTICE_DIR}/{problem.id}.md" if lang == "en" else f"{PRACTICE_DIR}/{problem.id}.{lang}.md"
+    f = File.generated(config, uri, content=content if content is not None else "", inclusion=InclusionLevel.NOT_IN_NAV)
+    f.dest_uri = (f"{PRACTICE_DIR}/{problem.id}/index.html" if lang == "en"
+                  else f"{lang}/{PRACTICE_DIR}/{problem.id}/index.html")
+    f.locale = f.locale_alternate_of = lang
+    f.localization = None if lang == "en" else lang
+    f.norm_src_uri = f"{PRACTICE_DIR}/{problem.id}.md"
+    return f
+
+
+@event_priority(-200)  # after mkdocs-static-i18n (-100) has picked each page's language
+def on_files(files, config, **kwargs):
+    """One generated page per practice problem in the language being built: practice/<id>.md, or
+    practice/<id>.zh.md at zh/practice/<id>/ (on_nav puts them under Practice)."""
+    lang = _build_language(config)
     try:
         problems = _problems()
     except DirectiveError as exc:
         raise PluginError(f"course: {exc}") from None
     for p in problems:
-        uri = f"{PRACTICE_DIR}/{p.id}.md"
-        if files.get_file_from_path(uri) is not None:
-            raise PluginError(f"course: docs/{uri} exists, but the hook generates it from practice/problems/{p.id}/")
-        files.append(File.generated(config, uri, content=problem_page(p), inclusion=InclusionLevel.NOT_IN_NAV))
+        for name in (f"{PRACTICE_DIR}/{p.id}.md", f"{PRACTICE_DIR}/{p.id}.{lang}.md"):
+            if files.src_uris.get(name) is not None:
+                raise PluginError(f"course: docs/{name} exists, but the hook generates it from practice/problems/{p.id}/")
+        page = _problem_file(config, p, lang, problem_page(p, lang))
+        page.alternates = {other: page if other == lang else _problem_file(config, p, other, None)
+                           for other in LANGUAGES}
+        files.append(page)
     return files
 
 
@@ -531,12 +682,13 @@ def _stage_page_as_index(section) -> None:
         first.__class__ = type("StageIndexPage", (type(first),), {"is_index": property(lambda self: True)})
 
 
-def _add_problem_pages(nav, files) -> None:
+def _add_problem_pages(nav, files, lang: str) -> None:
     """Practice becomes a section: its index, then one subsection per chapter with its problem pages, so a
     problem page has the site navigation and previous/next links like any other page."""
     from mkdocs.structure.nav import Section, _add_previous_and_next_links
 
-    index = next((p for p in nav.pages if p.file.src_uri == f"{PRACTICE_DIR}/index.md"), None)
+    index = next((p for p in nav.pages if p.file.src_uri in (f"{PRACTICE_DIR}/index.md",
+                                                              f"{PRACTICE_DIR}/index.{lang}.md")), None)
     if index is None:
         return
     practice = index.parent
@@ -549,7 +701,7 @@ def _add_problem_pages(nav, files) -> None:
         page = files.get_file_from_path(f"{PRACTICE_DIR}/{problem.id}.md").page
         by_chapter.setdefault(problem.chapter, []).append(page)
     for number, pages in sorted(by_chapter.items()):
-        section = Section(f"Chapter {number}", pages)
+        section = Section(say(lang, "chapter", n=number), pages)
         section.parent = practice
         for page in pages:
             page.parent = section
@@ -565,20 +717,43 @@ def on_nav(nav, config, files, **kwargs):
     for item in nav.items:
         if isinstance(item, Section):
             _stage_page_as_index(item)
-    _add_problem_pages(nav, files)
+    _add_problem_pages(nav, files, _build_language(config))
     return nav
+
+
+def _english_twin(src_uri: str, lang: str) -> str | None:
+    """The markdown of the English page a translated page pairs with (None for a generated page)."""
+    english = ROOT / "docs" / (src_uri[: -len(f".{lang}.md")] + ".md")
+    return english.read_text(encoding="utf-8") if english.is_file() else None
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
     import posixpath
 
-    where = f"docs/{page.file.src_uri}"
-    return expand_markdown(markdown, where=where, page_dir=posixpath.dirname(page.file.src_uri))
+    from tools import i18n
+
+    src = page.file.src_uri
+    lang = page_language(src)
+    where = f"docs/{src}"
+    if lang != "en" and (english := _english_twin(src, lang)) is not None:
+        markdown = i18n.with_english_ids(markdown, english)
+    return expand_markdown(markdown, where=where, page_dir=posixpath.dirname(src), lang=lang)
+
+
+HEAD_ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
+
+
+def on_post_page(output, page, config, **kwargs):
+    """Drop the theme's <link rel="alternate" hreflang> tags: with a language switcher that links each page's
+    twin (mkdocs-static-i18n), Material's script would fetch <that page>/sitemap.xml, which does not exist
+    (a 404 on every page). The switcher's own links and the sitemap's alternates stay."""
+    return HEAD_ALTERNATE.sub("", output)
 
 
 def on_serve(server, config, builder, **kwargs):
     """`mkdocs serve`: rebuild when reference code or outputs change."""
-    for folder in (ROOT / "solutions", ROOT / "practice" / "problems", ROOT / "practice" / "runner.py"):
-        if folder.is_dir():
+    for folder in (ROOT / "solutions", ROOT / "practice" / "problems", ROOT / "practice" / "runner.py",
+                   ROOT / "docs" / "glossary.yml"):
+        if folder.exists():
             server.watch(str(folder))
     return server

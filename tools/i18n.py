@@ -1,0 +1,498 @@
+"""The book in two languages: which pages pair up, which English version each Chinese page translates,
+and what must stay identical between the two.
+
+Every English page has a Chinese twin beside it: `docs/x.md` -> `docs/x.zh.md`, a practice problem's
+`problem.md` -> `problem.zh.md`, `README.md` -> `README.zh.md`. The twin records the English version it
+translates in one comment line (a problem's twin: right after its front matter; every other twin: its
+first line), the English file's git blob id:
+
+    <!-- translation of docs/chapters/ch10_chunked_prefill.md @ 1a2b3c4d5e6f -->
+
+An edit to the English page changes its blob id, so the twin is stale until someone translates the
+change and stamps it again:
+
+    python -m tools.i18n status                 # every pair: current, stale or missing
+    python -m tools.i18n diff PAGE              # the English changes since the twin's stamp (what to translate)
+    python -m tools.i18n stamp PAGE [PAGE ...]  # after translating: record the English version translated
+
+PAGE may name either page of a pair. `structure()` and `compare()` say what the pair must share (code
+blocks, directives, math, links, headings, admonitions, table numbers, inline code, numbers); the
+course's tests (tests/course/test_i18n.py) and the book's hook (heading ids) use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GLOSSARY = ROOT / "docs" / "glossary.yml"
+ZH = "zh"
+
+# Pages that stay English only, each with its reason. Empty: every page has a Chinese twin.
+ENGLISH_ONLY: dict[str, str] = {}
+
+STAMP = re.compile(r"^<!-- translation of (?P<source>\S+) @ (?P<blob>[0-9a-f]{12,40}) -->[ \t]*$", re.M)
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+HEADING = re.compile(r"^(?P<hashes>#{1,6})[ \t]+(?P<text>.*?)[ \t]*#*[ \t]*$")
+EXPLICIT_ID = re.compile(r"\{[^}]*#(?P<id>[\w-]+)[^}]*\}\s*$")
+DIRECTIVE = re.compile(r"^[ \t]*::[a-z][a-z_]*(?:[ \t].*)?$")
+ADMONITION = re.compile(r"^(?P<indent>[ \t]*)(?P<marker>!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+(?:[ \t]+[\w-]+)*)")
+INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)(?P<code>.+?)(?<!`)\1(?!`)")
+MATH_BLOCK = re.compile(r"\$\$.*?\$\$", re.S)
+MATH_INLINE = re.compile(r"\\\(.*?\\\)", re.S)
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
+NUMBER = re.compile(r"(?<![\d.,])\d+(?:[.,]\d+)*")
+TITLE_ATTR = re.compile(r'\s*title="[^"]*"')
+HTML_TAG = re.compile(r"<[^>]+>")
+
+
+# ------------------------------------------------------------------------------------------ pairs
+
+
+def english_pages() -> list[Path]:
+    """Every English page of the course (paths relative to the repository root), sorted."""
+    pages = [p for p in (ROOT / "docs").rglob("*.md")
+             if not p.name.endswith(f".{ZH}.md") and not {"hooks", "outputs", "vendor"} & set(p.parts)]
+    pages += (ROOT / "practice" / "problems").glob("*/problem.md")
+    pages += [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    return sorted(p.relative_to(ROOT) for p in pages if p.is_file())
+
+
+def twin(page: Path) -> Path:
+    """docs/x.md -> docs/x.zh.md (and back)."""
+    page = Path(page)
+    if page.name.endswith(f".{ZH}.md"):
+        return page.with_name(page.name[: -len(f".{ZH}.md")] + ".md")
+    return page.with_name(page.stem + f".{ZH}.md")
+
+
+def english_of(page: Path) -> Path:
+    page = Path(page)
+    return twin(page) if page.name.endswith(f".{ZH}.md") else page
+
+
+def blob_id(data: bytes) -> str:
+    """git's blob id of a file's bytes (`git hash-object`), without needing git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def read_stamp(text: str) -> tuple[str, str] | None:
+    """(English source path, blob id) recorded in a Chinese page, None if it has no stamp."""
+    m = STAMP.search(text)
+    return (m.group("source"), m.group("blob")) if m else None
+
+
+def stamp_line(english: Path, root: Path = ROOT) -> str:
+    blob = blob_id((root / english).read_bytes())[:12]
+    return f"<!-- translation of {Path(english).as_posix()} @ {blob} -->"
+
+
+def with_stamp(text: str, line: str) -> str:
+    """The page's text with its stamp replaced by `line` (or added: after front matter, else first)."""
+    if STAMP.search(text):
+        return STAMP.sub(line, text, count=1)
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end >= 0:
+            cut = end + len("\n---\n")
+            return text[:cut] + line + "\n" + text[cut:]
+    return line + "\n" + text
+
+
+@dataclass
+class PairState:
+    english: Path
+    chinese: Path
+    state: str  # "current", "stale", "missing", "unstamped", "wrong source", "english only"
+    detail: str = ""
+
+
+def pair_state(english: Path, root: Path = ROOT) -> PairState:
+    chinese = twin(english)
+    rel = Path(english).as_posix()
+    if rel in ENGLISH_ONLY:
+        return PairState(english, chinese, "english only", ENGLISH_ONLY[rel])
+    if not (root / chinese).is_file():
+        return PairState(english, chinese, "missing")
+    stamp = read_stamp((root / chinese).read_text(encoding="utf-8"))
+    if stamp is None:
+        return PairState(english, chinese, "unstamped", f"no '<!-- translation of {rel} @ ... -->' line")
+    source, blob = stamp
+    if source != rel:
+        return PairState(english, chinese, "wrong source", f"the stamp names {source}, not {rel}")
+    now = blob_id((root / english).read_bytes())
+    if not now.startswith(blob):
+        return PairState(english, chinese, "stale", f"translates {blob}, the English page is now {now[:12]}")
+    return PairState(english, chinese, "current")
+
+
+def orphans(root: Path = ROOT) -> list[Path]:
+    """Chinese pages whose English page does not exist."""
+    found = [p for p in (root / "docs").rglob(f"*.{ZH}.md") if "vendor" not in p.parts]
+    found += (root / "practice" / "problems").glob(f"*/problem.{ZH}.md")
+    found += [p for p in (root / f"README.{ZH}.md", root / f"CONTRIBUTING.{ZH}.md") if p.is_file()]
+    return sorted(p.relative_to(root) for p in found if not (root / twin(p.relative_to(root))).is_file())
+
+
+# ------------------------------------------------------------------------------------------ structure
+
+
+@dataclass
+class Structure:
+    """What a page and its translation must share."""
+
+    code: list[tuple[str, str]] = field(default_factory=list)  # (info string without title, text)
+    mermaid: list[tuple[str, int]] = field(default_factory=list)  # (first line, number of arrows)
+    directives: list[str] = field(default_factory=list)
+    math: list[str] = field(default_factory=list)
+    headings: list[int] = field(default_factory=list)  # levels, in order
+    admonitions: list[tuple[int, str, str]] = field(default_factory=list)  # (indent, marker, kind)
+    tables: list[list[list[str]]] = field(default_factory=list)  # numeric cells ('' for text cells)
+    links: list[str] = field(default_factory=list)  # sorted link and image targets
+    inline_code: set[str] = field(default_factory=set)
+    numbers: dict[str, int] = field(default_factory=dict)  # number in prose -> count
+
+
+ARROW = re.compile(r"-->|==>|-\.->|---|-\.-|~~~|->>|-->>|-\)|--x|--o|<-->")
+
+
+def _split_blocks(text: str):
+    """Yield ("code", info, body, indent) for fenced blocks and ("text", line) for other lines."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            yield ("text", lines[i])
+            i += 1
+            continue
+        fence, indent = m.group("fence"), m.group("indent")
+        body = []
+        i += 1
+        while i < len(lines):
+            s = lines[i].strip()
+            if s.startswith(fence[0]) and set(s) == {fence[0]} and len(s) >= len(fence):
+                break
+            line = lines[i]
+            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            i += 1
+        i += 1
+        yield ("code", m.group("info").strip(), "\n".join(body), indent)
+
+
+def _table_cells(row: str) -> list[str]:
+    row = row.strip()
+    if row.startswith("|"):
+        row = row[1:]
+    if row.endswith("|"):
+        row = row[:-1]
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row)]
+
+
+NUMERIC_CELL = re.compile(r"^[~≈<>≤≥+\-−]?\s*\*{0,2}[\d.,]+\*{0,2}\s*(x|%|ms|s|us|µs|GB|MB|GiB|MiB|tok/s)?\s*$")
+
+
+def _prose_without_code(line: str) -> str:
+    line = INLINE_CODE.sub(" ", line)
+    line = LINK.sub("]( )", line)
+    line = HTML_TAG.sub(" ", line)
+    return line
+
+
+def structure(text: str) -> Structure:
+    s = Structure()
+    if text.startswith("---\n"):  # front matter (a problem's): not part of the page's body
+        end = text.find("\n---\n", 4)
+        if end >= 0:
+            text = text[end + len("\n---\n"):]
+    text = STAMP.sub("", text)
+    prose: list[str] = []
+    table: list[list[str]] | None = None
+    for block in _split_blocks(text):
+        if block[0] == "code":
+            _, info, body, _ = block
+            table = None
+            lang = info.split()[0] if info else ""
+            if lang == "mermaid":
+                first = next((ln.strip() for ln in body.splitlines() if ln.strip()), "")
+                s.mermaid.append((first, len(ARROW.findall(body))))
+            else:
+                s.code.append((TITLE_ATTR.sub("", info), body))
+            continue
+        line = block[1]
+        if DIRECTIVE.match(line):
+            s.directives.append(line.strip())
+            continue
+        h = HEADING.match(line)
+        if h:
+            s.headings.append(len(h.group("hashes")))
+        a = ADMONITION.match(line)
+        if a:
+            s.admonitions.append((len(a.group("indent").expandtabs(4)), a.group("marker"), a.group("kind")))
+        if line.lstrip().startswith("|"):
+            cells = _table_cells(line)
+            if table is None:
+                table = []
+                s.tables.append(table)
+            if not all(re.fullmatch(r":?-{3,}:?", c) for c in cells):
+                table.append([c if NUMERIC_CELL.match(c) else "" for c in cells])
+        else:
+            table = None
+        prose.append(line)
+    body = "\n".join(prose)
+    s.math = [m.strip() for m in MATH_BLOCK.findall(body)]
+    body = MATH_BLOCK.sub(" ", body)
+    s.math += [m.strip() for m in MATH_INLINE.findall(body)]
+    body = MATH_INLINE.sub(" ", body)
+    s.links = sorted(m.group("target") for m in LINK.finditer(body))
+    s.inline_code = {m.group("code").strip() for m in INLINE_CODE.finditer(body)}
+    for n in NUMBER.findall(_prose_without_code(body)):
+        s.numbers[n] = s.numbers.get(n, 0) + 1
+    return s
+
+
+def _first_difference(a: list, b: list) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"item {i + 1}: English {x!r}, Chinese {y!r}"
+    return f"English has {len(a)}, Chinese {len(b)}"
+
+
+def compare(english: str, chinese: str) -> list[str]:
+    """What differs between a page and its translation where they must agree (empty: nothing)."""
+    en, zh = structure(english), structure(chinese)
+    out = []
+    if en.code != zh.code:
+        if len(en.code) != len(zh.code):
+            out.append(f"code blocks: English has {len(en.code)}, Chinese {len(zh.code)}")
+        else:
+            i = next(i for i, (x, y) in enumerate(zip(en.code, zh.code)) if x != y)
+            diff = "\n".join(difflib.unified_diff(en.code[i][1].splitlines(), zh.code[i][1].splitlines(),
+                                                  "English", "Chinese", lineterm="", n=1))
+            out.append(f"code block {i + 1} ({en.code[i][0] or 'no language'}) differs:\n{diff or en.code[i][0]}")
+    if en.mermaid != zh.mermaid:
+        out.append(f"mermaid diagrams (first line, arrows): {_first_difference(en.mermaid, zh.mermaid)}")
+    for name in ("directives", "math", "headings", "admonitions"):
+        a, b = getattr(en, name), getattr(zh, name)
+        if a != b:
+            out.append(f"{name}: {_first_difference(a, b)}")
+    if en.tables != zh.tables:
+        if len(en.tables) != len(zh.tables):
+            out.append(f"tables: English has {len(en.tables)}, Chinese {len(zh.tables)}")
+        for i, (a, b) in enumerate(zip(en.tables, zh.tables)):
+            if a != b:
+                shape = f"{len(a)}x{len(a[0]) if a else 0} vs {len(b)}x{len(b[0]) if b else 0}"
+                out.append(f"table {i + 1}: rows x columns or numeric cells differ ({shape}): "
+                           f"{_first_difference(a, b)}")
+    if en.links != zh.links:
+        missing = sorted(set(en.links) - set(zh.links))
+        extra = sorted(set(zh.links) - set(en.links))
+        out.append(f"links: missing in Chinese {missing or 'none'}, only in Chinese {extra or 'none'}"
+                   + ("" if missing or extra else " (same targets, different counts)"))
+    if en.inline_code != zh.inline_code:
+        missing = sorted(en.inline_code - zh.inline_code)
+        extra = sorted(zh.inline_code - en.inline_code)
+        out.append(f"inline code: missing in Chinese {missing or 'none'}, only in Chinese {extra or 'none'}")
+    lost = sorted(n for n, c in en.numbers.items() if zh.numbers.get(n, 0) < 1)
+    if lost:
+        out.append(f"numbers of the English prose missing in Chinese: {lost}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ heading ids
+
+
+def heading_texts(text: str) -> list[tuple[int, str]]:
+    """(level, text) of every ATX heading outside code blocks, in order."""
+    out = []
+    for block in _split_blocks(text):
+        if block[0] == "text" and (h := HEADING.match(block[1])):
+            out.append((len(h.group("hashes")), h.group("text")))
+    return out
+
+
+def _plain(heading: str) -> str:
+    """A heading's text as the toc extension slugifies it: markup and attribute lists removed."""
+    heading = EXPLICIT_ID.sub("", heading)
+    heading = re.sub(r"\s*\{[^}]*\}\s*$", "", heading)
+    heading = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    heading = INLINE_CODE.sub(lambda m: m.group("code"), heading)
+    heading = HTML_TAG.sub("", heading)
+    heading = re.sub(r"(\*\*|__|\*|_)(.+?)\1", r"\2", heading)
+    return heading.replace("\\", "")
+
+
+def heading_ids(text: str) -> list[str]:
+    """The ids the book gives the page's headings, in order (Python-Markdown's toc slugs, made unique)."""
+    from markdown.extensions.toc import slugify, unique
+
+    seen: set[str] = set()
+    ids = []
+    for _, heading in heading_texts(text):
+        m = EXPLICIT_ID.search(heading)
+        ids.append(m.group("id") if m else unique(slugify(_plain(heading), "-"), seen))
+        if m:
+            seen.add(m.group("id"))
+    return ids
+
+
+def with_english_ids(chinese: str, english: str) -> str:
+    """The Chinese page with each heading given its English twin's id, so that every anchor (#run-it)
+    means the same section in both languages. Headings that have an id of their own keep it."""
+    ids = heading_ids(english)
+    out = []
+    n = 0
+    for block in _split_blocks_keep(chinese):
+        if isinstance(block, str) and (h := HEADING.match(block)):
+            if n < len(ids) and not EXPLICIT_ID.search(h.group("text")):
+                block = f"{h.group('hashes')} {h.group('text')} {{ #{ids[n]} }}"
+            n += 1
+        out.append(block if isinstance(block, str) else block[0])
+    return "\n".join(out) + ("\n" if chinese.endswith("\n") else "")
+
+
+def _split_blocks_keep(text: str):
+    """The lines of the text; a fenced block comes as a 1-tuple holding its lines joined, unchanged."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            yield lines[i]
+            i += 1
+            continue
+        fence = m.group("fence")
+        start = i
+        i += 1
+        while i < len(lines):
+            s = lines[i].strip()
+            if s.startswith(fence[0]) and set(s) == {fence[0]} and len(s) >= len(fence):
+                break
+            i += 1
+        i += 1
+        yield ("\n".join(lines[start:i]),)
+
+
+# ------------------------------------------------------------------------------------------ glossary
+
+
+def glossary(path: Path = GLOSSARY) -> list[dict]:
+    """The glossary's entries: en, zh, avoid (list), en_note, zh_note."""
+    import yaml
+
+    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for e in entries:
+        e.setdefault("avoid", [])
+    return entries
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def _pair_of(arg: str) -> Path:
+    path = Path(arg)
+    if path.is_absolute():
+        path = path.resolve().relative_to(ROOT)
+    english = english_of(path)
+    if not (ROOT / english).is_file():
+        raise SystemExit(f"no English page {english}")
+    return english
+
+
+def cmd_status(quiet: bool = False) -> int:
+    states = [pair_state(p) for p in english_pages()]
+    bad = [s for s in states if s.state not in ("current", "english only")]
+    for s in states:
+        if not quiet or s in bad:
+            print(f"{s.state:<13} {s.english}" + (f"  ({s.detail})" if s.detail else ""))
+    for p in orphans():
+        print(f"{'orphan':<13} {p}  (no English page {twin(p)})")
+    print(f"{len(states)} English pages: {sum(s.state == 'current' for s in states)} translated and current, "
+          f"{len(bad)} to do" + (": python -m tools.i18n diff PAGE shows what changed" if bad else ""))
+    return 1 if bad else 0
+
+
+def english_at(blob: str) -> str | None:
+    try:
+        return subprocess.run(["git", "cat-file", "-p", blob], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+
+
+def cmd_diff(page: str) -> int:
+    english = _pair_of(page)
+    state = pair_state(english)
+    now = (ROOT / english).read_text(encoding="utf-8")
+    if state.state == "missing":
+        print(f"{twin(english)} does not exist: translate all of {english}")
+        return 1
+    stamp = read_stamp((ROOT / twin(english)).read_text(encoding="utf-8"))
+    if stamp is None:
+        print(f"{twin(english)} has no stamp: compare it with {english} as a whole")
+        return 1
+    then = english_at(stamp[1])
+    if then is None:
+        print(f"the English version {stamp[1]} is not in this repository's history: compare as a whole")
+        return 1
+    diff = list(difflib.unified_diff(then.splitlines(), now.splitlines(), f"{english} @ {stamp[1]}",
+                                     f"{english} (now)", lineterm=""))
+    print("\n".join(diff) if diff else f"{twin(english)} is current")
+    return 0
+
+
+def cmd_stamp(pages: list[str]) -> int:
+    for page in pages:
+        english = _pair_of(page)
+        chinese = ROOT / twin(english)
+        if not chinese.is_file():
+            raise SystemExit(f"{twin(english)} does not exist yet")
+        text = chinese.read_text(encoding="utf-8")
+        chinese.write_text(with_stamp(text, stamp_line(english)), encoding="utf-8")
+        problems = compare((ROOT / english).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"))
+        print(f"stamped {twin(english)}" + (f": but it does not match its English page yet:\n  - "
+                                            + "\n  - ".join(problems) if problems else ""))
+    return 0
+
+
+def cmd_check(pages: list[str]) -> int:
+    status = 0
+    for page in pages or [str(p) for p in english_pages()]:
+        english = _pair_of(page)
+        chinese = ROOT / twin(english)
+        if not chinese.is_file():
+            continue
+        problems = compare((ROOT / english).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"))
+        if problems:
+            status = 1
+            print(f"{twin(english)}:\n  - " + "\n  - ".join(problems))
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.i18n", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("status", help="every pair: current, stale or missing")
+    st.add_argument("-q", "--quiet", action="store_true", help="only the pairs that need work")
+    sub.add_parser("diff", help="the English changes since the twin's stamp").add_argument("page")
+    sub.add_parser("stamp", help="record the English version a twin translates").add_argument("pages", nargs="+")
+    sub.add_parser("check", help="what a pair must share, page by page").add_argument("pages", nargs="*")
+    args = parser.parse_args(argv)
+    if args.cmd == "status":
+        return cmd_status(args.quiet)
+    if args.cmd == "diff":
+        return cmd_diff(args.page)
+    if args.cmd == "stamp":
+        return cmd_stamp(args.pages)
+    return cmd_check(args.pages)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
