@@ -17,7 +17,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve profile clean need-ch copies
+.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -86,7 +86,18 @@ docs-build: deps  ## build the book into site/ (strict)
 	$(PY) -m tools.vendor_assets
 	$(PY) -m mkdocs build --strict
 
-docs: deps  ## read the book at http://127.0.0.1:8000
+i18n:  ## the book's two languages: every Chinese page that is missing or behind its English page
+	@$(PY) -m tools.i18n status -q
+
+i18n-diff:  ## what changed in English page P since its Chinese twin was last translated (P=docs/chapters/ch10_chunked_prefill.md)
+	@test -n "$(P)" || (echo "usage: make i18n-diff P=docs/chapters/<page>.md"; exit 2)
+	@$(PY) -m tools.i18n diff $(P)
+
+i18n-stamp:  ## after translating: record in P's Chinese twin the English version it now translates
+	@test -n "$(P)" || (echo "usage: make i18n-stamp P=docs/chapters/<page>.md"; exit 2)
+	@$(PY) -m tools.i18n stamp $(P)
+
+docs: deps  ## read the book at http://127.0.0.1:8000 (English) and http://127.0.0.1:8000/zh/ (Chinese)
 	$(PY) -m tools.vendor_assets
 	$(PY) -m mkdocs serve -a 127.0.0.1:8000
 
