@@ -13,6 +13,7 @@ learner's code says plainly that the starter is unchanged.
 
 from __future__ import annotations
 
+import ast
 import signal
 import sys
 import time
@@ -32,6 +33,53 @@ def load_module(name: str, source: str, filename: str) -> types.ModuleType:
     module.__file__ = filename
     sys.modules[name] = module
     exec(compile(source, filename, "exec"), module.__dict__)
+    return module
+
+
+class _Detail(str):
+    """The message the judge gives a bare `assert a == b` that failed: what each side was."""
+
+
+def _detail(op: str, left: Any, right: Any) -> _Detail:
+    def show(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= 300 else text[:297] + "..."
+
+    if op == "==":
+        return _Detail(f"got {show(left)}, expected {show(right)}")
+    return _Detail(f"left side {show(left)}, right side {show(right)}")
+
+
+class _ShowOperands(ast.NodeTransformer):
+    """`assert a == b` without a message becomes `assert (_l := a) == (_r := b), _detail("==", _l, _r)`:
+    a failure then says what both sides were, and nothing is evaluated twice."""
+
+    OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+           ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        test = node.test
+        if node.msg is not None or not isinstance(test, ast.Compare) or len(test.ops) != 1:
+            return node
+        op = self.OPS.get(type(test.ops[0]))
+        if op is None:
+            return node
+        left = ast.NamedExpr(ast.Name("_judge_left", ast.Store()), test.left)
+        right = ast.NamedExpr(ast.Name("_judge_right", ast.Store()), test.comparators[0])
+        msg = ast.Call(ast.Name("_judge_detail", ast.Load()),
+                       [ast.Constant(op), ast.Name("_judge_left", ast.Load()), ast.Name("_judge_right", ast.Load())], [])
+        new = ast.Assert(ast.Compare(left, test.ops, [right]), msg)
+        return ast.fix_missing_locations(ast.copy_location(new, node))
+
+
+def load_tests(source: str, filename: str = "tests.py") -> types.ModuleType:
+    """tests.py as the module `problem_tests`, its bare comparisons rewritten to report both sides."""
+    tree = _ShowOperands().visit(ast.parse(source, filename))
+    module = types.ModuleType("problem_tests")
+    module.__file__ = filename
+    module.__dict__["_judge_detail"] = _detail
+    sys.modules["problem_tests"] = module
+    exec(compile(tree, filename, "exec"), module.__dict__)
     return module
 
 
@@ -125,7 +173,7 @@ def run(solution_source: str, tests_source: str, examples_only: bool = False,
         at = _learner_frame(exc, solution_file, solution_source)
         error = f"your code does not load: {_message(exc)}" + (f" ({where(at)})" if at else "")
         return {"ok": False, "error": error, "error_at": at, "results": []}
-    tests = load_module("problem_tests", tests_source, "tests.py")
+    tests = load_tests(tests_source)
     names = [n for n, f in vars(tests).items() if n.startswith("test_") and callable(f)]
     if examples_only:
         names = [n for n in names if n in getattr(tests, "EXAMPLES", ())]
@@ -146,7 +194,8 @@ def _run_one(tests: types.ModuleType, name: str, tests_source: str, solution_sou
             raise
         at = _learner_frame(exc, solution_file, solution_source)  # None when it surfaced in tests.py
         passed, message, line = False, _explain(exc, at), _line_of(exc, "tests.py")
-        if isinstance(exc, AssertionError) and not str(exc) and line:
-            message = "failed: " + tests_source.splitlines()[line - 1].strip()  # show the check itself
+        if isinstance(exc, AssertionError) and line and (not str(exc) or isinstance(exc.args[0], _Detail)):
+            check = tests_source.splitlines()[line - 1].strip()  # show the check itself
+            message = f"failed: {check}" + (f" ({exc.args[0]})" if exc.args else "")
     return {"name": name, "passed": passed, "message": message, "line": line, "at": at,
             "seconds": round(time.perf_counter() - start, 4)}

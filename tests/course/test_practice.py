@@ -35,7 +35,18 @@ def test_runner_reports_the_failing_assertion():
     assert not result["ok"]
     assert [r["passed"] for r in result["results"]] == [True, False]
     assert result["results"][1]["line"] == 8
-    assert result["results"][1]["message"] == "failed: assert f(2) == 4", "a bare assert shows its source line"
+    assert result["results"][1]["message"] == "failed: assert f(2) == 4 (got 3, expected 4)", \
+        "a bare assert shows its source line and both sides"
+
+
+def test_runner_shows_both_sides_of_a_bare_comparison_once():
+    calls = "calls = []\ndef f(x):\n    calls.append(x)\n    return [x]\n"
+    tests = ("from solution import f, calls\n\ndef test_eq():\n    assert f(1) == [2]\n\n"
+             "def test_in():\n    assert 5 in f(1)\n\ndef test_called_once():\n    assert calls == [1, 1], calls\n")
+    got = {r["name"]: r["message"] for r in run(calls, tests)["results"]}
+    assert got["test_eq"] == "failed: assert f(1) == [2] (got [1], expected [2])", got
+    assert got["test_in"] == "failed: assert 5 in f(1) (left side 5, right side [1])", got
+    assert got["test_called_once"] == "", f"each side is evaluated once, as written: {got}"
 
 
 def test_runner_examples_only_and_load_errors():

@@ -12,6 +12,48 @@
   "use strict";
 
   const ASSETS = new URL("../", document.currentScript.src); // .../assets/
+
+  // The page's language (Material sets <html lang>): the judge speaks it. Keys are the English texts.
+  const ZH = {
+    "Chapter": "章", "Difficulty": "难度", "Status": "状态", "all": "全部",
+    "easy": "简单", "medium": "中等", "hard": "困难", "solved": "已通过", "unsolved": "未通过",
+    "{shown} of {total} problems · {solved} solved": "显示 {shown} / {total} 题 · 已通过 {solved} 题",
+    "Starting Python (Pyodide, served by this site)…": "正在启动 Python（Pyodide，由本站提供）…",
+    "Running the example tests…": "正在运行示例测试…",
+    "Running every test…": "正在运行全部测试…",
+    "Time limit exceeded (infinite loop?): your code ran for more than {s} s and was stopped.":
+      "超时（死循环？）：你的代码运行超过 {s} 秒，已被停止。",
+    "Python is restarting…": "Python 正在重启…",
+    "Ready.": "就绪。",
+    "The judge could not run your code.": "评测没能运行你的代码。",
+    "the Python worker failed: {m}": "Python worker 出错：{m}",
+    "cannot start": "无法启动",
+    "Accepted: all {n} tests pass.": "通过：全部 {n} 个测试都通过了。",
+    "The {n} example tests pass. Submit to run every test.": "{n} 个示例测试都通过了。点“提交”运行全部测试。",
+    "{passed} of {n} tests pass.": "{n} 个测试中通过 {passed} 个。",
+    "{passed} of {n} example tests pass.": "{n} 个示例测试中通过 {passed} 个。",
+    " (tests.py line {line})": "（tests.py 第 {line} 行）",
+    "in your code: {file} line {line}": "出错位置：你的代码 {file} 第 {line} 行",
+    "printed output": "打印的输出",
+    "expected": "期望", "got": "实际",
+    "Done in {t} s": "用时 {t} 秒",
+    " (Python started in {t} s).": "（Python 启动用了 {t} 秒）。",
+    "Put the starter code back? Your code here is lost.": "恢复初始代码？你在这里写的代码会丢失。",
+    "The judge could not start: {m}": "评测无法启动：{m}",
+    "your function {name} still raises NotImplementedError (starter unchanged)":
+      "你的函数 {name} 仍然抛出 NotImplementedError（初始代码还没改）",
+  };
+  const LANG = (document.documentElement.lang || "en").startsWith("zh") ? ZH : null;
+  // t("text with {x}", {x: 1}): the text in the page's language, fields filled in.
+  function t(text, fields) {
+    const s = (LANG && LANG[text]) || text;
+    return s.replace(/\{(\w+)\}/g, (m, k) => (fields && k in fields ? fields[k] : m));
+  }
+  // A runner message that names an unchanged starter, in the page's language (other messages are the tests' own).
+  function runnerMessage(message) {
+    const m = /^your function (.+) still raises NotImplementedError \(starter unchanged\)$/.exec(message);
+    return m ? t("your function {name} still raises NotImplementedError (starter unchanged)", { name: m[1] }) : message;
+  }
   const KEY_CODE = (id) => `course.practice.code.${id}`;
   const KEY_SOLVED = (id) => `course.practice.solved.${id}`;
 
@@ -61,18 +103,21 @@
     const table = block.querySelector("table");
     if (!table || !table.tHead || block.querySelector(".practice-filters")) return;
     const rows = [...table.tBodies[0].rows];
-    const heads = [...table.tHead.rows[0].cells].map((c) => c.textContent.trim());
+    // The header cells name their column (data-col) in either language.
+    const heads = [...table.tHead.rows[0].cells].map((c) => (c.querySelector("[data-col]") || {}).dataset?.col);
     const col = (name) => heads.indexOf(name);
-    const values = (i) => [...new Set(rows.map((r) => r.cells[i].textContent.trim()))];
+    const key = (r, i) => { const c = r.cells[i]; const d = c.querySelector("[data-difficulty]");
+      return d ? d.dataset.difficulty : c.textContent.trim(); };
+    const values = (i) => [...new Set(rows.map((r) => key(r, i)))];
     if (col("chapter") < 0 || values(col("chapter")).length < 2) return; // a chapter's own table: no filters
     const bar = el("div", "practice-filters");
     const selects = {};
     const makeSelect = (label, name, options) => {
-      const lab = el("label", null, `${label} `);
+      const lab = el("label", null, `${t(label)} `);
       const sel = el("select");
       sel.dataset.filter = name;
-      sel.appendChild(new Option("all", ""));
-      options.forEach((o) => sel.appendChild(new Option(o, o)));
+      sel.appendChild(new Option(t("all"), ""));
+      options.forEach((o) => sel.appendChild(new Option(t(o), o)));
       sel.addEventListener("change", apply);
       lab.appendChild(sel);
       bar.appendChild(lab);
@@ -90,13 +135,13 @@
         const ch = selects.chapter ? selects.chapter.value : "";
         const df = selects.difficulty ? selects.difficulty.value : "";
         const st = selects.status.value;
-        const ok = (!ch || r.cells[chapterCol].textContent.trim() === ch) &&
-          (!df || r.cells[diffCol].textContent.trim() === df) &&
+        const ok = (!ch || key(r, chapterCol) === ch) && (!df || key(r, diffCol) === df) &&
           (!st || (st === "solved") === (r.dataset.solved === "yes"));
         r.hidden = !ok;
         shown += ok;
       });
-      count.textContent = `${shown} of ${rows.length} problems · ${rows.filter((r) => r.dataset.solved === "yes").length} solved`;
+      count.textContent = t("{shown} of {total} problems · {solved} solved",
+        { shown, total: rows.length, solved: rows.filter((r) => r.dataset.solved === "yes").length });
     }
     block.insertBefore(bar, block.firstChild);
     apply();
@@ -128,7 +173,7 @@
       this.ready = false;
       this.worker = new Worker(new URL("javascripts/practice-worker.js", ASSETS), { type: "module" });
       this.worker.onmessage = (e) => this.onMessage(e.data);
-      this.worker.onerror = (e) => this.fail(`the Python worker failed: ${e.message || "cannot start"}`);
+      this.worker.onerror = (e) => this.fail(t("the Python worker failed: {m}", { m: e.message || t("cannot start") }));
     }
 
     onMessage(msg) {
@@ -152,12 +197,12 @@
       this.root.dataset.state = "running";
       if (!this.worker) this.startWorker();
       if (this.ready) this.dispatch();
-      else this.setStatus("Starting Python (Pyodide, served by this site)…");
+      else this.setStatus(t("Starting Python (Pyodide, served by this site)…"));
     }
 
     dispatch() {
       const p = this.pending;
-      this.setStatus(p.examplesOnly ? "Running the example tests…" : "Running every test…");
+      this.setStatus(t(p.examplesOnly ? "Running the example tests…" : "Running every test…"));
       p.started = performance.now();
       this.timer = setTimeout(() => this.timeout(), this.data.timeLimit * 1000);
       this.worker.postMessage({
@@ -173,13 +218,13 @@
       this.done();
       this.root.dataset.state = "timeout";
       this.results.replaceChildren(el("div", "practice-verdict practice-fail",
-        `Time limit exceeded (infinite loop?): your code ran for more than ${this.data.timeLimit} s and was stopped.`));
-      this.setStatus("Python is restarting…");
+        t("Time limit exceeded (infinite loop?): your code ran for more than {s} s and was stopped.", { s: this.data.timeLimit })));
+      this.setStatus(t("Python is restarting…"));
       this.startWorker(); // warm up a fresh one so the next run is quick
       const w = this.worker;
       const ping = setInterval(() => {
         if (this.worker !== w) return clearInterval(ping);
-        if (this.ready) { clearInterval(ping); if (!this.pending) this.setStatus("Ready."); }
+        if (this.ready) { clearInterval(ping); if (!this.pending) this.setStatus(t("Ready.")); }
       }, 200);
     }
 
@@ -195,7 +240,7 @@
       this.done();
       this.root.dataset.state = "error";
       this.results.replaceChildren(el("div", "practice-verdict practice-fail", message));
-      this.setStatus(p ? "The judge could not run your code." : "");
+      this.setStatus(p ? t("The judge could not run your code.") : "");
     }
 
     finish(result, stdout) {
@@ -206,9 +251,10 @@
       const n = result.results.length, passed = result.results.filter((r) => r.passed).length;
       let verdict;
       if (result.error) verdict = el("div", "practice-verdict practice-fail", result.error);
-      else if (result.ok && !p.examplesOnly) verdict = el("div", "practice-verdict practice-pass", `Accepted: all ${n} tests pass.`);
-      else if (result.ok) verdict = el("div", "practice-verdict practice-pass", `The ${n} example tests pass. Submit to run every test.`);
-      else verdict = el("div", "practice-verdict practice-fail", `${passed} of ${n} ${p.examplesOnly ? "example " : ""}tests pass.`);
+      else if (result.ok && !p.examplesOnly) verdict = el("div", "practice-verdict practice-pass", t("Accepted: all {n} tests pass.", { n }));
+      else if (result.ok) verdict = el("div", "practice-verdict practice-pass", t("The {n} example tests pass. Submit to run every test.", { n }));
+      else verdict = el("div", "practice-verdict practice-fail",
+        t(p.examplesOnly ? "{passed} of {n} example tests pass." : "{passed} of {n} tests pass.", { passed, n }));
       box.push(verdict);
       const list = el("ul", "practice-tests");
       result.results.forEach((r) => {
@@ -217,17 +263,17 @@
         li.appendChild(el("span", "practice-mark", r.passed ? "✓" : "✗"));
         li.appendChild(el("code", "practice-name", r.name));
         if (!r.passed) {
-          const called = r.line ? ` (tests.py line ${r.line})` : "";
-          li.appendChild(el("div", "practice-message", `${r.message}${called}`));
-          if (r.at) li.appendChild(el("div", "practice-where", `in your code: ${r.at.file} line ${r.at.line}` +
-            (r.at.code ? `: ${r.at.code}` : "")));
+          const called = r.line ? t(" (tests.py line {line})", { line: r.line }) : "";
+          li.appendChild(el("div", "practice-message", `${runnerMessage(r.message)}${called}`));
+          if (r.at) li.appendChild(el("div", "practice-where", t("in your code: {file} line {line}",
+            { file: r.at.file, line: r.at.line }) + (r.at.code ? `: ${r.at.code}` : "")));
         }
         list.appendChild(li);
       });
       if (result.results.length) box.push(list);
       if (stdout) {
         const det = el("details", "practice-stdout");
-        det.appendChild(el("summary", null, "printed output"));
+        det.appendChild(el("summary", null, t("printed output")));
         det.appendChild(el("pre", null, stdout));
         box.push(det);
       }
@@ -238,7 +284,8 @@
         store.set(KEY_SOLVED(this.data.id), new Date().toISOString());
         showSolvedMarks();
       }
-      this.setStatus(`Done in ${(ms / 1000).toFixed(2)} s` + (this.loadSeconds ? ` (Python started in ${this.loadSeconds.toFixed(1)} s).` : "."));
+      this.setStatus(t("Done in {t} s", { t: (ms / 1000).toFixed(2) }) + (this.loadSeconds
+        ? t(" (Python started in {t} s).", { t: this.loadSeconds.toFixed(1) }) : (LANG ? "。" : ".")));
     }
 
     setStatus(text) { this.status.textContent = text; }
@@ -269,7 +316,7 @@
     root.querySelector(".practice-run").addEventListener("click", () => judge.run(true));
     root.querySelector(".practice-submit").addEventListener("click", () => judge.run(false));
     root.querySelector(".practice-reset").addEventListener("click", () => {
-      if (editor.getValue() !== data.starter && !window.confirm("Put the starter code back? Your code here is lost.")) return;
+      if (editor.getValue() !== data.starter && !window.confirm(t("Put the starter code back? Your code here is lost."))) return;
       editor.setValue(data.starter);
       store.del(KEY_CODE(data.id));
     });
@@ -282,7 +329,7 @@
     document.querySelectorAll(".practice-judge").forEach((root) => {
       setupJudge(root).catch((err) => {
         root.dataset.state = "error";
-        root.querySelector(".practice-status").textContent = `The judge could not start: ${err.message}`;
+        root.querySelector(".practice-status").textContent = t("The judge could not start: {m}", { m: err.message });
       });
     });
   }
