@@ -34,6 +34,7 @@ system = ("You are a museum guide in Paris. You answer visitors' questions in on
           "you never invent opening hours, and you suggest a nearby cafe when someone looks tired.")
 questions = ["Where is the Mona Lisa?", "Is the museum big?", "Can I take photos?", "I am tired."]
 print(f"== four chat requests sharing a {len(system.split())}-word system prompt (SmolLM2)")
+runs = {}
 for cache_type in ("naive", "radix"):
     llm = LLM(path, max_running_reqs=4, max_seq_len=512, cache_type=cache_type)
     prompts = [llm.tokenizer.apply_chat_template([{"role": "system", "content": system},
@@ -49,4 +50,9 @@ for cache_type in ("naive", "radix"):
     print(f"  {cache_type:>5}: {sum(len(p) for p in prompts)} prompt tokens, {sum(computed)} computed, "
           f"{elapsed:.2f} s")
     llm.scheduler.check_integrity()
+    runs[cache_type] = (computed, [o["token_ids"] for o in outputs])
+(naive_computed, naive_ids), (radix_computed, radix_ids) = runs["naive"], runs["radix"]
+print(f"  the three later prompts: {sum(naive_computed[1:])} new KV slots without the cache, "
+      f"{sum(radix_computed[1:])} with it")
+print(f"  the same answers (token ids) in both runs: {naive_ids == radix_ids}")
 print(f"  first answer: {outputs[0]['text'].strip()!r}")
