@@ -44,13 +44,14 @@ HEADING = re.compile(r"^(?P<hashes>#{1,6})[ \t]+(?P<text>.*?)[ \t]*#*[ \t]*$")
 EXPLICIT_ID = re.compile(r"\{[^}]*#(?P<id>[\w-]+)[^}]*\}\s*$")
 DIRECTIVE = re.compile(r"^[ \t]*::[a-z][a-z_]*(?:[ \t].*)?$")
 ADMONITION = re.compile(r"^(?P<indent>[ \t]*)(?P<marker>!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+(?:[ \t]+[\w-]+)*)")
-INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)(?P<code>.+?)(?<!`)\1(?!`)")
+# A code span may run over one line break (Markdown joins it with a space), never over a blank line.
+INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)(?P<code>(?:[^\n]|\n(?![ \t]*\n))+?)(?<!`)\1(?!`)")
 MATH_BLOCK = re.compile(r"\$\$.*?\$\$", re.S)
 MATH_INLINE = re.compile(r"\\\(.*?\\\)", re.S)
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
 NUMBER = re.compile(r"(?<![\d.,])\d+(?:[.,]\d+)*")
 TITLE_ATTR = re.compile(r'\s*title="[^"]*"')
-HTML_TAG = re.compile(r"<[^>]+>")
+HTML_TAG = re.compile(r"</?[A-Za-z!][^<>\n]*>")  # a tag on one line (not "a <= b ... c -> d")
 
 
 # ------------------------------------------------------------------------------------------ pairs
@@ -252,7 +253,7 @@ def structure(text: str) -> Structure:
     s.math += [m.strip() for m in MATH_INLINE.findall(body)]
     body = MATH_INLINE.sub(" ", body)
     s.links = sorted(m.group("target") for m in LINK.finditer(body))
-    s.inline_code = {m.group("code").strip() for m in INLINE_CODE.finditer(body)}
+    s.inline_code = {" ".join(m.group("code").split()) for m in INLINE_CODE.finditer(body)}
     for n in NUMBER.findall(_prose_without_code(body)):
         s.numbers[n] = s.numbers.get(n, 0) + 1
     return s
@@ -265,9 +266,15 @@ def _first_difference(a: list, b: list) -> str:
     return f"English has {len(a)}, Chinese {len(b)}"
 
 
-def compare(english: str, chinese: str) -> list[str]:
-    """What differs between a page and its translation where they must agree (empty: nothing)."""
+def compare(english: str, chinese: str, page: Path | None = None) -> list[str]:
+    """What differs between a page and its translation where they must agree (empty: nothing).
+    With `page` (the English page's path), a link from either page to the other (a README's language
+    switch) counts as the same link."""
     en, zh = structure(english), structure(chinese)
+    if page is not None:
+        en_name, zh_name = Path(page).name, twin(Path(page)).name
+        en.links = sorted("<twin>" if x == zh_name else x for x in en.links)
+        zh.links = sorted("<twin>" if x == en_name else x for x in zh.links)
     out = []
     if en.code != zh.code:
         if len(en.code) != len(zh.code):
@@ -456,7 +463,7 @@ def cmd_stamp(pages: list[str]) -> int:
             raise SystemExit(f"{twin(english)} does not exist yet")
         text = chinese.read_text(encoding="utf-8")
         chinese.write_text(with_stamp(text, stamp_line(english)), encoding="utf-8")
-        problems = compare((ROOT / english).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"))
+        problems = compare((ROOT / english).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"), english)
         print(f"stamped {twin(english)}" + (f": but it does not match its English page yet:\n  - "
                                             + "\n  - ".join(problems) if problems else ""))
     return 0
@@ -469,7 +476,7 @@ def cmd_check(pages: list[str]) -> int:
         chinese = ROOT / twin(english)
         if not chinese.is_file():
             continue
-        problems = compare((ROOT / english).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"))
+        problems = compare((ROOT / english).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"), english)
         if problems:
             status = 1
             print(f"{twin(english)}:\n  - " + "\n  - ".join(problems))

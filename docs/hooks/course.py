@@ -727,6 +727,34 @@ def _english_twin(src_uri: str, lang: str) -> str | None:
     return english.read_text(encoding="utf-8") if english.is_file() else None
 
 
+CJK = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+CJK_BREAK = re.compile(rf"(?<=[{CJK}])[ \t]*\n[ \t]*(?=[{CJK}])")
+
+
+def join_cjk_lines(markdown: str) -> str:
+    """Join a paragraph's lines where both sides of the break are Chinese: a browser shows a line break
+    inside a paragraph as a space, which Chinese text does not have. Code blocks are left alone, and a
+    line that starts with a Chinese character never starts a block (list, table, heading, admonition)."""
+    out, prose = [], []
+    for block in i18n_blocks(markdown):
+        if isinstance(block, str):
+            prose.append(block)
+            continue
+        if prose:
+            out.append(CJK_BREAK.sub("", "\n".join(prose)))
+            prose = []
+        out.append(block[0])
+    if prose:
+        out.append(CJK_BREAK.sub("", "\n".join(prose)))
+    return "\n".join(out) + ("\n" if markdown.endswith("\n") else "")
+
+
+def i18n_blocks(markdown: str):
+    from tools import i18n
+
+    return i18n._split_blocks_keep(markdown)
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
     import posixpath
 
@@ -735,8 +763,10 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     src = page.file.src_uri
     lang = page_language(src)
     where = f"docs/{src}"
-    if lang != "en" and (english := _english_twin(src, lang)) is not None:
-        markdown = i18n.with_english_ids(markdown, english)
+    if lang != "en":
+        if (english := _english_twin(src, lang)) is not None:
+            markdown = i18n.with_english_ids(markdown, english)
+        markdown = join_cjk_lines(markdown)
     return expand_markdown(markdown, where=where, page_dir=posixpath.dirname(src), lang=lang)
 
 

@@ -386,3 +386,12 @@ def test_on_page_markdown_event(repo):
     assert "**2** files in total" in out
     with pytest.raises(PluginError, match="docs/chapters/ch01_core.md:1"):
         hook.on_page_markdown("::tree 7\n", page=page, config={}, files=None)
+
+
+def test_chinese_line_breaks_are_joined_but_code_and_blocks_are_kept():
+    page = "第一行的结尾\n接着第二行。\nEnglish words\n中文开头\n\n```text\n代码一\n代码二\n```\n- 列表\n- 第二项\n"
+    out = hook.join_cjk_lines(page)
+    assert "第一行的结尾接着第二行。" in out, out
+    assert "English words\n中文开头" in out, "a break next to Latin text stays (it is a space there)"
+    assert "代码一\n代码二" in out, "code blocks are left alone"
+    assert "- 列表\n- 第二项" in out, "a list item starts with a marker, so it is never joined"

@@ -46,7 +46,7 @@ def test_twins_share_code_numbers_and_structure(page):
     chinese = ROOT / i18n.twin(page)
     if not chinese.is_file():
         pytest.skip(f"{i18n.twin(page)} does not exist (test_every_english_page_has_a_chinese_twin fails on it)")
-    problems = i18n.compare((ROOT / page).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"))
+    problems = i18n.compare((ROOT / page).read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8"), page)
     assert not problems, f"{i18n.twin(page)} is out of step with {page}:\n  - " + "\n  - ".join(problems)
 
 
