@@ -330,10 +330,11 @@ def _plain(heading: str) -> str:
     heading = EXPLICIT_ID.sub("", heading)
     heading = re.sub(r"\s*\{[^}]*\}\s*$", "", heading)
     heading = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
-    heading = INLINE_CODE.sub(lambda m: m.group("code"), heading)
+    codes: list[str] = []  # code spans keep their underscores and asterisks: set them aside meanwhile
+    heading = INLINE_CODE.sub(lambda m: codes.append(m.group("code")) or f"\0{len(codes) - 1}\0", heading)
     heading = HTML_TAG.sub("", heading)
-    heading = re.sub(r"(\*\*|__|\*|_)(.+?)\1", r"\2", heading)
-    return heading.replace("\\", "")
+    heading = re.sub(r"(\*\*|__|\*|(?<!\w)_)(.+?)\1", r"\2", heading).replace("\\", "")
+    return re.sub(r"\0(\d+)\0", lambda m: codes[int(m.group(1))], heading)
 
 
 def heading_ids(text: str) -> list[str]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -383,7 +384,8 @@ def render_output(slug: str, lang: str = "en") -> str:
         raise DirectiveError(f"{rel} is missing: run `make outputs` to generate the chapters' outputs")
     text = ANSI.sub("", path.read_text(encoding="utf-8")).rstrip() + "\n"
     fence = _fence_for(text)
-    return f'{fence}text title="{say(lang, "output title", slug=slug)}"\n{text}{fence}\n'
+    block = f'{fence}text title="{say(lang, "output title", slug=slug)}"\n{text}{fence}\n'
+    return f'<div class="course-output" markdown>\n\n{block}\n</div>\n'
 
 
 # --------------------------------------------------------------------------------------------
@@ -612,9 +614,9 @@ def _jieba_words(config) -> None:
         return
     words: list[str] = []
     for entry in i18n.glossary():
-        for part in re.split(r"[/（）()、]", str(entry["zh"])):
+        for part in re.split(r"[/（）()、\s]", str(entry["zh"])):
             part = part.strip()
-            if re.search(r"[\u4e00-\u9fff]", part) and " " not in part and part not in words:
+            if re.search(r"[\u4e00-\u9fff]", part) and part not in words:
                 words.append(part)
     JIEBA_WORDS.parent.mkdir(exist_ok=True)
     text = "".join(f"{w} 100000\n" for w in words)
@@ -634,6 +636,11 @@ def on_config(config, **kwargs):
     except vendor_assets.VendorError as exc:
         raise PluginError(f"course: cannot bundle the docs assets (mermaid, KaTeX, Pyodide, CodeMirror):\n{exc}") from None
     _jieba_words(config)
+    # "Edit this page" links where the site knows its repository (the pages workflow sets COURSE_REPO_URL).
+    repo = os.environ.get("COURSE_REPO_URL", "").rstrip("/")
+    if repo:
+        config.repo_url = repo
+        config.edit_uri = "edit/main/docs/"
     return config
 
 
@@ -722,9 +729,14 @@ def on_nav(nav, config, files, **kwargs):
 
 
 def _english_twin(src_uri: str, lang: str) -> str | None:
-    """The markdown of the English page a translated page pairs with (None for a generated page)."""
-    english = ROOT / "docs" / (src_uri[: -len(f".{lang}.md")] + ".md")
-    return english.read_text(encoding="utf-8") if english.is_file() else None
+    """The markdown of the English page a translated page pairs with: its file, or for a generated problem
+    page the English page the hook generates (None if there is none)."""
+    stem = src_uri[: -len(f".{lang}.md")]
+    english = ROOT / "docs" / (stem + ".md")
+    if english.is_file():
+        return english.read_text(encoding="utf-8")
+    problem = next((p for p in _problems() if f"{PRACTICE_DIR}/{p.id}" == stem), None)
+    return problem_page(problem, "en") if problem is not None else None
 
 
 CJK = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
@@ -764,10 +776,30 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     lang = page_language(src)
     where = f"docs/{src}"
     if lang != "en":
+        markdown = i18n.STAMP.sub("", markdown, count=1).lstrip("\n")  # metadata, and the H1 must come first
         if (english := _english_twin(src, lang)) is not None:
             markdown = i18n.with_english_ids(markdown, english)
         markdown = join_cjk_lines(markdown)
     return expand_markdown(markdown, where=where, page_dir=posixpath.dirname(src), lang=lang)
+
+
+TABLE_CODE = re.compile(r"(<td[^>]*>)(.*?)(</td>)", re.S)
+CODE_SPAN = re.compile(r"(<code>)([^<]*)(</code>)")
+PLOT = re.compile(r'(?<!">)<img (?P<attrs>[^>]*?)src="(?P<src>[^"]+\.png)"(?P<rest>[^>]*)>')
+
+
+def _breakable(cell: re.Match) -> str:
+    """A table cell whose code may break after / . _ only (a <wbr>), never in the middle of a word."""
+    def wbr(code: re.Match) -> str:
+        return code.group(1) + re.sub(r"([/._])(?=\w)", r"\1<wbr>", code.group(2)) + code.group(3)
+
+    return cell.group(1) + CODE_SPAN.sub(wbr, cell.group(2)) + cell.group(3)
+
+
+def on_page_content(html, page, config, files, **kwargs):
+    """Identifiers in table cells break at / . _ only; a plot (a PNG image) links to itself, full size."""
+    html = TABLE_CODE.sub(_breakable, html)
+    return PLOT.sub(lambda m: f'<a class="course-plot" href="{m.group("src")}">{m.group(0)}</a>', html)
 
 
 HEAD_ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')

@@ -230,7 +230,9 @@ def test_site_renders_offline(built_site: Path, site_server: str):
 
 # ------------------------------------------------------------------------------ crawl every page
 
-MIN_DIAGRAM_SCALE = 0.6  # a mermaid SVG drawn at less than this fraction of its size has unreadably small text
+MIN_LABEL_PX = 11  # the smallest label of a mermaid diagram, as drawn on the screen (diagrams.js aims at 12)
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1440, "height": 900}
 MARKER_TEXT = re.compile(r"#\s*(>>>|<<<)\s*solution")
 CHECKBOX_TEXT = re.compile(r"\[(x| )\]")
 
@@ -238,16 +240,34 @@ CHECKBOX_TEXT = re.compile(r"\[(x| )\]")
 PROSE_JS = """() => { const c = document.querySelector('.md-content').cloneNode(true);
   c.querySelectorAll('pre, code, .mermaid, .arithmatex, script, style').forEach(e => e.remove());
   return c.textContent; }"""
-# Every mermaid SVG, folded blocks opened: its drawn width over its own (viewBox) width.
+# Every mermaid SVG, folded blocks opened: the drawn size of its smallest label (its own font size times the
+# drawn width over its own, viewBox, width).
 DIAGRAMS_JS = """() => { document.querySelectorAll('details').forEach(d => d.open = true);
   return [...document.querySelectorAll('div.mermaid')].map((e, i) => {
     const s = e.shadowRoot && e.shadowRoot.querySelector('svg');
     if (!s) return {i, rendered: false};
     const drawn = s.getBoundingClientRect().width, own = s.viewBox.baseVal ? s.viewBox.baseVal.width : 0;
-    const c = s.cloneNode(true); c.querySelectorAll('style').forEach(x => x.remove());
-    const label = [...c.querySelectorAll('.nodeLabel, text')].map(x => x.textContent.trim()).filter(t => t)
-      .slice(0, 3).join(' / ').slice(0, 60);
-    return {i, rendered: true, drawn, own, label}; }); }"""
+    const labels = [...s.querySelectorAll('.nodeLabel, .edgeLabel, .label, text')].filter(x => x.textContent.trim());
+    const font = Math.min(...labels.map(x => parseFloat(getComputedStyle(x).fontSize)).filter(f => f > 0), 99);
+    const label = labels.map(x => x.textContent.trim()).slice(0, 3).join(' / ').slice(0, 60);
+    return {i, rendered: true, drawn, own, font, px: own ? font * drawn / own : 0, label}; }); }"""
+WAIT_DIAGRAMS = ("() => [...document.querySelectorAll('div.mermaid')]"
+                 ".every(e => e.shadowRoot && e.shadowRoot.querySelector('svg') && e.dataset.diagramWidth)")
+
+
+def _diagram_problems(page, where: str) -> list[str]:
+    try:
+        page.wait_for_function(WAIT_DIAGRAMS, timeout=15_000)
+    except Exception:  # noqa: BLE001 - reported below, diagram by diagram
+        pass
+    out = []
+    for d in page.evaluate(DIAGRAMS_JS):
+        if not d["rendered"]:
+            out.append(f"mermaid diagram {d['i'] + 1} was not rendered")
+        elif d["own"] and d["px"] < MIN_LABEL_PX:
+            out.append(f"{where}: mermaid diagram {d['i'] + 1} ({d['label']} ...) draws its smallest label at "
+                       f"{d['px']:.1f} px ({d['drawn']:.0f} px wide for {d['own']:.0f}): too small to read")
+    return out
 
 
 class _LinksAndIds(HTMLParser):
@@ -303,10 +323,12 @@ def _is_problem_page(rel: str) -> bool:
 
 
 @pytest.mark.browser
+@pytest.mark.timeout(1500)  # some 170 pages, and the pages with diagrams twice
 def test_every_page_crawled(built_site: Path, site_server: str):
-    """Every built page, in headless Chromium offline: no console error, no literal [x] / [ ] in the prose,
-    no solution marker, a link back to the practice index on every problem page, mermaid diagrams drawn at
-    a readable scale, no broken internal link. One report lists every problem, page by page."""
+    """Every built page of both languages, in headless Chromium offline: no console error, no literal [x] / [ ]
+    in the prose, no solution marker, a link back to the practice index on every problem page, mermaid labels
+    legible at 1440 px and, on a 390 px phone, no broken internal link. One report lists every problem, page by
+    page."""
     import time
 
     pages = sorted(p for p in built_site.rglob("*.html") if p.name != "404.html")
@@ -314,8 +336,9 @@ def test_every_page_crawled(built_site: Path, site_server: str):
     found: dict[str, list[str]] = {}
     console: list[str] = []
     cache: dict = {}
+    with_diagrams: list[str] = []
     t0 = time.perf_counter()
-    with offline_page({"width": 1280, "height": 900}, init_script=OPEN_SHADOW) as page:
+    with offline_page(DESKTOP, init_script=OPEN_SHADOW) as page:
         page.on("console", lambda m: m.type == "error" and console.append(m.text))
         page.on("pageerror", lambda exc: console.append(str(exc)))
         for path in pages:
@@ -325,19 +348,8 @@ def test_every_page_crawled(built_site: Path, site_server: str):
             page.goto(f"{site_server}/{url_path}", wait_until="load")
             problems = found.setdefault(rel, [])
             if page.query_selector("div.mermaid"):
-                try:
-                    page.wait_for_function("() => [...document.querySelectorAll('div.mermaid')]"
-                                           ".every(e => e.shadowRoot && e.shadowRoot.querySelector('svg'))",
-                                           timeout=15_000)
-                except Exception:  # noqa: BLE001 - reported below, diagram by diagram
-                    pass
-                for d in page.evaluate(DIAGRAMS_JS):
-                    if not d["rendered"]:
-                        problems.append(f"mermaid diagram {d['i'] + 1} was not rendered")
-                    elif d["own"] and d["drawn"] and d["drawn"] / d["own"] < MIN_DIAGRAM_SCALE:
-                        problems.append(f"mermaid diagram {d['i'] + 1} ({d['label']} ...) is drawn at scale "
-                                        f"{d['drawn'] / d['own']:.2f} ({d['drawn']:.0f} px for {d['own']:.0f} px): "
-                                        "its text is too small to read")
+                with_diagrams.append(url_path)
+                problems += _diagram_problems(page, "1440 px")
             prose = page.evaluate(PROSE_JS)
             for m in sorted(set(CHECKBOX_TEXT.findall(prose))):
                 problems.append(f"a literal [{m}] shows in the text (a task list not rendered)")
@@ -345,12 +357,96 @@ def test_every_page_crawled(built_site: Path, site_server: str):
                 problems.append("a solution marker line (# >>> solution / # <<< solution) shows")
             if _is_problem_page(rel):
                 back = page.evaluate("[...document.querySelectorAll('.md-content a[href]')].map(a => a.href)")
-                if f"{site_server}/practice/" not in back:
+                index = f"{site_server}/zh/practice/" if rel.startswith("zh/") else f"{site_server}/practice/"
+                if index not in back:
                     problems.append("no link back to the practice index in the page")
             problems += _broken_links(built_site, path, cache)
             problems += [f"console error: {text}" for text in console]
-        seconds = time.perf_counter() - t0
-        report = {rel: msgs for rel, msgs in found.items() if msgs}
-        lines = [f"{rel}:\n" + "\n".join(f"    - {m}" for m in msgs) for rel, msgs in sorted(report.items())]
-        print(f"\ncrawled {len(pages)} pages in {seconds:.1f} s")
-        assert not report, f"{len(report)} of {len(pages)} pages have problems:\n" + "\n".join(lines)
+    with offline_page(PHONE, init_script=OPEN_SHADOW) as page:
+        for url_path in with_diagrams:
+            page.goto(f"{site_server}/{url_path}", wait_until="load")
+            found[url_path + "index.html"] += _diagram_problems(page, "390 px")
+    seconds = time.perf_counter() - t0
+    report = {rel: msgs for rel, msgs in found.items() if msgs}
+    lines = [f"{rel}:\n" + "\n".join(f"    - {m}" for m in msgs) for rel, msgs in sorted(report.items())]
+    zh = sum(p.relative_to(built_site).as_posix().startswith("zh/") for p in pages)
+    print(f"\ncrawled {len(pages)} pages ({len(pages) - zh} English, {zh} Chinese) in {seconds:.1f} s; "
+          f"{len(with_diagrams)} with diagrams, each also at 390 px")
+    assert not report, f"{len(report)} of {len(pages)} pages have problems:\n" + "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ the two languages
+
+
+def _zh_twin(built_site: Path, page: Path) -> Path:
+    return built_site / "zh" / page.relative_to(built_site)
+
+
+def _english_pages(built_site: Path) -> list[Path]:
+    return sorted(p for p in built_site.rglob("index.html") if not p.relative_to(built_site).as_posix().startswith("zh/"))
+
+
+def test_every_english_page_has_a_chinese_page_in_chinese(built_site: Path):
+    missing, wrong = [], []
+    for page in _english_pages(built_site):
+        twin = _zh_twin(built_site, page)
+        if not twin.is_file():
+            missing.append(str(page.relative_to(built_site)))
+            continue
+        html = twin.read_text(encoding="utf-8")
+        if '<html lang="zh"' not in html or "从零实现 mini-SGLang" not in html:
+            wrong.append(f"{twin.relative_to(built_site)}: not built as a Chinese page (html lang, site name)")
+    assert not missing, f"English pages without a Chinese page in the site: {missing}"
+    assert not wrong, "\n".join(wrong)
+
+
+HEADING_ID = re.compile(r'<h([1-6]) id="([^"]+)"')
+
+
+def test_chinese_headings_have_the_english_ids(built_site: Path):
+    """An anchor (#run-it) names the same section in both languages, so links and the switcher keep their place."""
+    differ = []
+    for page in _english_pages(built_site):
+        twin = _zh_twin(built_site, page)
+        if not twin.is_file():
+            continue
+        en = HEADING_ID.findall(page.read_text(encoding="utf-8"))
+        zh = HEADING_ID.findall(twin.read_text(encoding="utf-8"))
+        if en != zh:
+            first = next((f"{a} vs {b}" for a, b in zip(en, zh) if a != b), f"{len(en)} vs {len(zh)} headings")
+            differ.append(f"{twin.relative_to(built_site)}: {first}")
+    assert not differ, "Chinese headings whose ids differ from the English page's:\n" + "\n".join(differ)
+
+
+SWITCH_PAGES = ["", "chapters/ch10_chunked_prefill/", "practice/ch05-flatten-batch/", "glossary/"]
+
+
+@pytest.mark.browser
+def test_the_language_switcher_lands_on_the_same_page(built_site: Path, site_server: str):
+    with offline_page(DESKTOP) as page:
+        for path in SWITCH_PAGES:
+            for here, there, lang in ((path, "zh/" + path, "zh"), ("zh/" + path, path, "en")):
+                page.goto(f"{site_server}/{here}", wait_until="load")
+                link = page.query_selector(f'a.md-select__link[hreflang="{lang}"]')
+                assert link is not None, f"/{here}: no language link to {lang}"
+                with page.expect_navigation(wait_until="load"):
+                    page.evaluate("a => a.click()", link)
+                assert page.url == f"{site_server}/{there}", f"/{here}: the {lang} link leads to {page.url}, not /{there}"
+
+
+SEARCHES = {"分块": "zh/chapters/ch10_chunked_prefill/", "基数树": "zh/chapters/ch09_radix_cache/",
+            "重叠调度": "zh/chapters/ch11_overlap/", "chunked prefill": "chapters/ch10_chunked_prefill/"}
+
+
+@pytest.mark.browser
+def test_search_finds_chinese_and_english_terms(built_site: Path, site_server: str):
+    with offline_page(DESKTOP) as page:
+        for query, expected in SEARCHES.items():
+            page.goto(f"{site_server}/zh/" if query[0] > "~" else f"{site_server}/", wait_until="load")
+            page.keyboard.press("s")
+            page.fill("input.md-search__input", query)
+            page.wait_for_function("document.querySelectorAll('.md-search-result__item a').length > 0", timeout=30_000)
+            hits = page.evaluate("[...document.querySelectorAll('.md-search-result__item a')]"
+                                 ".map(a => new URL(a.href).pathname)")
+            pages = list(dict.fromkeys(hits))[:5]  # the first five pages the results list
+            assert f"/{expected}" in pages, f"search {query!r}: {expected} is not among the first pages found {pages}"

@@ -139,3 +139,30 @@ def test_browser_judge(built_site: Path, site_server: str):  # noqa: F811
         assert visible == sum(1 for d in (ROOT / "practice" / "problems").iterdir() if d.name.startswith("ch05-"))
 
     print("\nbrowser judge timings (s): " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+
+
+@pytest.mark.browser
+def test_browser_judge_speaks_chinese_on_a_chinese_page(built_site: Path, site_server: str):  # noqa: F811
+    """The same judge on the problem's Chinese page: Chinese statement, buttons, status lines and verdicts."""
+    assert (built_site / "zh" / "practice" / PROBLEM / "index.html").is_file(), "the Chinese problem page was not generated"
+    with offline_page({"width": 1200, "height": 900}) as page:
+        page.goto(f"{site_server}/zh/practice/{PROBLEM}/", wait_until="load")
+        page.evaluate("localStorage.clear()")
+        page.reload(wait_until="load")
+        page.wait_for_function("document.querySelector('.practice-judge').dataset.state === 'idle'", timeout=15_000)
+        assert page.inner_text(f"{JUDGE} .practice-submit").strip() == "提交", "the Submit button is not in Chinese"
+        back = page.evaluate("[...document.querySelectorAll('.practice-back a')].map(a => new URL(a.href).pathname)")
+        assert "/zh/chapters/ch05_attention/" in back, f"the Chinese page must link the chapter's Chinese page: {back}"
+        state, _ = _run(page, SOLUTION, "submit", 60_000)
+        verdict = page.inner_text(f"{JUDGE} .practice-verdict")
+        assert state == "solved" and verdict.startswith("通过"), f"{state}: {verdict!r}"
+        assert page.inner_text(f"{JUDGE} .practice-status").startswith("用时"), page.inner_text(f"{JUDGE} .practice-status")
+        state, _ = _run(page, WRONG, "submit", 20_000)
+        message = _tests(page)["test_decode_batch_has_one_token_per_request"][1]
+        assert state == "failed" and "（tests.py 第" in message, f"{state}: {message!r}"
+        state, _ = _run(page, LOOP, "submit", (TIME_LIMIT + SLACK) * 1000)
+        assert state == "timeout" and "超时（死循环？）" in page.inner_text(f"{JUDGE} .practice-results")
+        page.goto(f"{site_server}/zh/practice/", wait_until="load")
+        assert page.inner_text(f".practice-index .practice-solved[data-problem='{PROBLEM}']").strip() == "✓"
+        labels = page.inner_text(".practice-filters")
+        assert "章" in labels and "难度" in labels, f"the filters are not in Chinese: {labels!r}"
