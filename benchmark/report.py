@@ -146,11 +146,12 @@ def header(records: list[dict]) -> str:
     if measured:
         warm = [r["system"] for r in measured if is_warm(r)]
         cold = [r["system"] for r in measured if not is_warm(r)]
-        text += (" Each system ran in a process of its own: "
-                 + (f"{', '.join(warm)} after a discarded warm-up run of the whole workload, the table showing the "
-                    "median of the timed runs and their min and max" if warm else "")
+        text += (" Measured "
+                 + (f"{', '.join(warm)} after a discarded warm-up run of the whole workload in the same process, the "
+                    "table showing the median of the timed runs and their min and max" if warm else "")
                  + ("; " if warm and cold else "")
-                 + (f"{', '.join(cold)} without a warm-up run (one timed run: cold, whatever compiles lands in it)"
+                 + (f"{', '.join(cold)} without a warm-up run (one timed run each: whatever still compiled on "
+                    "the way is in it)"
                     if cold else "") + ".")
     return text
 
@@ -337,10 +338,10 @@ def plot(records: list[dict], path: Path) -> Path:
         ax.axhline(goal, color="#7b6d8d", ls="-.", lw=1.2,
                    label=f"target: {TARGET_X_NANO:g}x {warm}nano-vllm = {goal:,.0f} tok/s")
     ax.set_yscale("log")
-    names = [f"{r['system']}{' (partial)' if r['status'] == 'partial' else ''}\n"
-             f"{stats(r)['n']} run{'s' if stats(r)['n'] > 1 else ''}{'' if is_warm(r) else ', cold'}" for r in runs]
+    names = [f"{r['system']}{' (partial)' if r['status'] == 'partial' else ''}\n{stats(r)['n']} "
+             f"run{'s' if stats(r)['n'] > 1 else ''}{'' if is_warm(r) else ', no warm-up'}" for r in runs]
     ax.set_xticks(range(len(runs)), names, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("output tokens/s (log scale): median, min to max")
+    ax.set_ylabel("output tok/s, log scale (median; bar: min-max)", fontsize=9)
     first = runs[0]
     ax.set_title(f"{first['workload']['requests']} requests, {first['workload']['output_tokens']:,} output tokens "
                  f"on {first['gpu']}", fontsize=10)

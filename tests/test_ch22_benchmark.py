@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import sys
 
 import numpy as np
 import psutil
@@ -430,6 +431,115 @@ def test_bench_rejects_bad_arguments(tiny_qwen3, tmp_path):
     with pytest.raises(ValueError, match="JSON list"):
         (tmp_path / "bad.json").write_text("{}")
         report.load([tmp_path / "bad.json"])
+
+
+FAKE_NANO_VLLM = {
+    "nanovllm/__init__.py": """
+from collections import deque
+from itertools import count
+
+
+class SamplingParams:
+    def __init__(self, temperature=1.0, ignore_eos=False, max_tokens=64):
+        self.temperature, self.ignore_eos, self.max_tokens = temperature, ignore_eos, max_tokens
+
+
+class Block:
+    def __init__(self, i):
+        self.block_id, self.hash, self.token_ids = i, -1, []
+
+
+class BlockManager:  # as nano-vllm's: the hashes of freed blocks stay, and a prompt that matches one is cached
+    def __init__(self):
+        self.blocks = [Block(i) for i in range(4)]
+        self.hash_to_block_id, self.used_block_ids = {}, set()
+
+
+class Seq:
+    ids = count()
+
+    def __init__(self, prompt, sp):
+        self.seq_id, self.prompt, self.sp = next(Seq.ids), list(prompt), sp
+        self.num_scheduled_tokens, self.num_completion_tokens, self.out = 0, 0, []
+
+
+class Scheduler:
+    block_size = 256
+
+    def __init__(self):
+        self.block_manager, self.waiting, self.running = BlockManager(), deque(), []
+
+    def postprocess(self, seqs, token_ids, is_prefill):
+        for seq, t in zip(seqs, token_ids):
+            seq.num_scheduled_tokens = 0
+            seq.num_completion_tokens += 1
+            seq.out.append(t)
+
+
+class LLM:
+    def __init__(self, path, enforce_eager=True, max_model_len=0):
+        assert (enforce_eager, max_model_len) == (False, 4096), "nano-vllm's bench settings"
+        self.scheduler = Scheduler()
+
+    def add_request(self, prompt, sp):
+        self.scheduler.waiting.append(Seq(prompt, sp))
+
+    def is_finished(self):
+        return not self.scheduler.waiting and not self.scheduler.running
+
+    def step(self):
+        s, bm = self.scheduler, self.scheduler.block_manager
+        if s.waiting:
+            seqs = list(s.waiting)
+            s.waiting.clear()
+            for seq in seqs:
+                cached = len(seq.prompt) - 1 if hash(tuple(seq.prompt)) in bm.hash_to_block_id else 0
+                seq.num_scheduled_tokens = len(seq.prompt) - cached
+            s.running += seqs
+            prefill = True
+        else:
+            seqs, prefill = list(s.running), False
+            for seq in seqs:
+                seq.num_scheduled_tokens = 1
+        s.postprocess(seqs, [7] * len(seqs), prefill)
+        done = [q for q in seqs if q.num_completion_tokens >= q.sp.max_tokens]
+        for q in done:
+            s.running.remove(q)
+            bm.hash_to_block_id[hash(tuple(q.prompt))] = 0
+        return [(q.seq_id, q.out) for q in done], 0
+""",
+    "nanovllm/engine/__init__.py": "",
+    "nanovllm/engine/llm_engine.py": "AutoTokenizer = None\n",
+}
+
+
+def test_the_nano_vllm_runner_times_every_run_on_a_fresh_prefix_cache(tmp_path, monkeypatch):
+    """The runner on a stand-in checkout (nano-vllm itself needs CUDA): its bench settings, every token
+    timestamped, every run prefilling every prompt although nano-vllm keeps the hashes of freed blocks."""
+    from benchmark import nano_vllm as runner
+
+    for rel, text in FAKE_NANO_VLLM.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setenv("NANO_VLLM_COMMIT", "bb823b3e0")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the runner puts the checkout first: undone after
+    for name in [m for m in sys.modules if m == "nanovllm" or m.startswith("nanovllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    workload = [([1, 2, 3, 4], 3), ([5, 6], 2)]
+    try:
+        with runner.nano_vllm(tmp_path, workload, str(tmp_path)) as run:
+            runs = [run(), run()]
+        engine = sys.modules["nanovllm.engine.llm_engine"]
+    finally:  # the stand-in leaves no module behind
+        for name in [m for m in sys.modules if m == "nanovllm" or m.startswith("nanovllm.")]:
+            del sys.modules[name]
+    for r in runs:
+        assert r.prefill_tokens == 6, f"prompt tokens computed: {r.prefill_tokens} of 6 (a cached prompt was reused)"
+        assert [len(o) for o in r.outputs] == [3, 2] and [t.tokens for t in r.traces] == [3, 2]
+        assert r.config["commit"] == "bb823b3e0" and r.config["temperature"] == runner.TEMPERATURE
+    assert engine.AutoTokenizer is runner.EosOnlyTokenizer, "the EOS-only tokenizer stands in for the model's"
 
 
 def _record(system, rate, status="ok", warm=True, session="s1", boot="b1", **extra):
