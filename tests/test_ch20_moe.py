@@ -411,11 +411,11 @@ def test_tensor_parallel_moe_llm_matches_hf_greedy():
 # ----------------------------------------------------------------------------- the benchmark script
 @pytest.mark.stubs("select_experts", "moe_reference", "moe_grouped", *KERNEL_STUBS)
 def test_the_benchmark_runs_at_toy_size(tmp_path):
-    """The H200 benchmark's command on a CPU with --tiny: all three forms (Triton in its interpreter), checked
-    against the loop, written to JSON and a plot."""
+    """The H200 benchmark's command (benchmark/moe.py, the harness beside the package) on a CPU with --tiny: all
+    three forms (Triton in its interpreter), checked against the loop, written to JSON and a plot."""
     import json
 
-    from minisgl.moe.bench import main as bench
+    from benchmark.moe import main as bench
 
     assert bench(["--tiny", "--out", str(tmp_path), "--tokens", "1", "5"]) == 0
     record = json.loads((tmp_path / "moe_bench.json").read_text())
