@@ -325,7 +325,9 @@ def test_tree_of_missing_chapter_raises(repo):
 
 def test_output_included_and_ansi_stripped(repo):
     _write(repo / "docs" / "outputs" / "ch01_core.txt", "\x1b[32mok\x1b[0m line\n\n")
-    assert hook.render_output("ch01_core") == '```text title="output of ch01_core/main.py"\nok line\n```\n'
+    block = '```text title="output of ch01_core/main.py"\nok line\n```\n'
+    assert hook.render_output("ch01_core") == f'<div class="course-output" markdown>\n\n{block}\n</div>\n'
+    assert 'title="ch01_core/main.py 的输出"' in hook.render_output("ch01_core", "zh"), "a Chinese page's label"
 
 
 def test_missing_output_raises_and_says_make_outputs(repo):
