@@ -286,8 +286,9 @@ async def events(frontend: Frontend, uid: int, queue: asyncio.Queue, reply: User
     #   time), the chat's first chunk also carrying the assistant role;
     #   the finish_reason goes in a last chunk of its own; with stream_options.include_usage, a chunk with empty
     #   choices and the usage follows; then "data: [DONE]". A WorkerGone becomes an error event (the body of
-    #   error_of, as a request that had not started would get it) and "data: [DONE]". If the stream ends early (the client left: next_reply gives None, or the generator is closed),
-    #   the request is aborted; otherwise its queue is given back.
+    #   error_of, as a request that had not started would get it) and "data: [DONE]". If the stream ends early
+    #   (the client left: next_reply gives None, or the generator is closed, or a WorkerGone came), the request is
+    #   aborted; otherwise its queue is given back.
     raise NotImplementedError("TODO(ch15): events")
     yield  # never reached: it keeps this function a generator, as the solution is
 
