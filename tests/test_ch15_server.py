@@ -830,13 +830,17 @@ def open_requests(server: Server) -> tuple[ThreadPoolExecutor, list]:
     pool = ThreadPoolExecutor(2)
     futures = [pool.submit(stream), pool.submit(whole)]
     assert first.wait(120), "the stream's first event never came"
+    if futures[0].done():  # it could not start: its error (HTTP status and body) says why
+        raise AssertionError(f"the stream ended at once: {futures[0].result()}")
     deadline = time.monotonic() + 60
     while True:
         r = httpx.get(url + "/health", timeout=30)  # a 503: the scheduler was too busy to answer in time
         status = r.json() if r.status_code == 200 else {}
         if status.get("running", 0) + status.get("waiting", 0) >= 2:
             break
-        assert time.monotonic() < deadline and not futures[1].done(), f"the second request does not run: {r.text}"
+        if futures[1].done():
+            raise AssertionError(f"the non-streamed request ended at once: {futures[1].result().text}")
+        assert time.monotonic() < deadline, f"the second request does not run: {r.text}"
         time.sleep(0.1)
     return pool, futures
 
