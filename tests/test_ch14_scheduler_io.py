@@ -5,6 +5,7 @@ decoding, with overlap on and off); process tests start the real workers and tal
 
 from __future__ import annotations
 
+import os
 import time
 
 import msgpack
@@ -336,6 +337,19 @@ def status(w: Workers) -> dict:
     w.to_scheduler.put(GetStatusMsg(10**6))
     return [r for r in receive(w, lambda rs: any(isinstance(r, StatusReply) for r in rs))
             if isinstance(r, StatusReply)][0].status
+
+
+def test_workers_report_their_limits_and_run_in_a_process_group_of_their_own(workers):
+    """What the front end prints when it starts (max_seq_len, the KV pool, max running requests); and a signal
+    to the front end's process group (Ctrl-C in a terminal, a supervisor's SIGTERM) must not reach the workers:
+    the front end stops them in order, while a worker killed under it would look like a crash."""
+    assert (workers.max_seq_len, workers.max_running_reqs, workers.page_size) == (256, 8, 1), \
+        f"limits {workers.max_seq_len}, {workers.max_running_reqs}, {workers.page_size}"
+    assert workers.total_slots % workers.page_size == 0 and workers.total_slots > 0, workers.total_slots
+    alive = {name: p.pid for name, p in workers.processes.items() if p.is_alive()}
+    assert "tokenizer" in alive, f"the tokenizer process runs: {workers.processes}"
+    same = [name for name, pid in alive.items() if os.getpgid(pid) == os.getpgrp()]
+    assert not same, f"{same} share the front end's process group: a signal to the group would kill them"
 
 
 @pytest.mark.stubs(*IO_STUBS, *WORKER_STUBS)

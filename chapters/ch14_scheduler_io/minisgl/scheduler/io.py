@@ -116,7 +116,9 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
             # pool when that is smaller (a request needs a slot for every token but its last).
             slots = scheduler.cache_manager.num_slots
             ready.put({"worker": "scheduler", "max_seq_len": min(engine.max_seq_len, slots + 1),
-                       "vocab_size": engine.model_config.vocab_size, "total_slots": slots})
+                       "vocab_size": engine.model_config.vocab_size, "total_slots": slots,
+                       "page_size": scheduler.cache_manager.page_size,
+                       "max_running_reqs": engine.config.max_running_reqs})
         io.run_forever(alive=lambda: os.getppid() == parent)
         recv.stop()
         send.stop()

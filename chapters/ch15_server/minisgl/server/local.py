@@ -112,13 +112,16 @@ class LocalServer:
         """The last n lines the server printed (stdout and stderr together)."""
         return "\n".join(list(self._lines)[-n:])
 
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0, grace: float = 10.0) -> int:
-        """Send `sig` (unless the server has exited already), wait up to `timeout` s for the server, then up to
-        `grace` s for its workers; kill what is still alive. Returns the server's exit code. Calling it again is
-        harmless."""
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0, grace: float = 10.0, group: bool = False) -> int:
+        """Send `sig` (unless the server has exited already; with group=True to the server's whole process group, as
+        a terminal or a supervisor does), wait up to `timeout` s for the server, then up to `grace` s for its
+        workers; kill what is still alive. Returns the server's exit code. Calling it again is harmless."""
         workers = {p.pid: p for p in self.children + self._current_children()}.values()
         if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+            if group:
+                os.killpg(self.proc.pid, sig)  # its own session: the group's id is its pid
+            else:
+                self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
