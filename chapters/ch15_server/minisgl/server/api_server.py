@@ -10,9 +10,11 @@ exit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -302,6 +304,15 @@ def run_api_server(args: ServerArgs) -> int:
 
     print(f"starting the workers for {args.model_path} ...", flush=True)
     with Workers(args.model_path, args.engine_args, args.scheduler_args) as workers:
+        # This process binds the port and hands the socket to uvicorn: with --port 0 the system picks a free one,
+        # and no other process can take it between the choice and the listening.
+        try:
+            sock = socket.create_server((args.host, args.port), family=socket.AF_INET6 if ":" in args.host
+                                        else socket.AF_INET)
+        except OSError as e:
+            print(f"error: cannot listen on {args.host}:{args.port}: {e.strerror or e}", flush=True)
+            return 1
+        args = dataclasses.replace(args, port=sock.getsockname()[1])  # the port chosen, for the "serving" line
         server: uvicorn.Server | None = None
 
         def on_dead(reason: str) -> None:
@@ -310,14 +321,13 @@ def run_api_server(args: ServerArgs) -> int:
 
         frontend = Frontend(workers, on_dead)
         app = create_app(frontend, args, workers.max_seq_len)
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                timeout_graceful_shutdown=3)
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3)
         server = uvicorn.Server(config)
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: let it end the run here,
         # so that leaving the `with` stops the workers (no process is left behind).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
-            server.run()
+            server.run(sockets=[sock])
         except KeyboardInterrupt:
             pass
         finally:
