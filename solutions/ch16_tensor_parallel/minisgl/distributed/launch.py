@@ -45,7 +45,9 @@ def _rank_entry(rank: int, size: int, store_port: int, device: str, fn: Callable
     try:
         torch.set_num_threads(1)
         init_process_groups(rank, size, store_port, torch.device(device))
-        conn.send(("ok", fn(*args)))
+        # Plain pickle: a tensor travels by value. Torch's own reducer (what conn.send uses) passes a file
+        # descriptor that the parent fetches from this process, which may have exited by then.
+        conn.send_bytes(pickle.dumps(("ok", fn(*args))))
         destroy_process_groups()
     except BaseException as error:
         send_failure(conn, error)
