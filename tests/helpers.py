@@ -174,6 +174,7 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, bound: float, what: str,
     per_row = ((g - w).norm(dim=1) / w.norm(dim=1).clamp_min(1e-300)).nan_to_num(float("inf"))
     i = int(per_row.argmax())
     j = int((g[i] - w[i]).abs().nan_to_num(float("inf")).argmax())
-    where = f"worst {row} {first_row + i} of {g.shape[0]}: relative error {float(per_row[i]):.2e}, " if g.shape[0] > 1 else ""
+    where = (f"worst {row} {first_row + i} of {g.shape[0]}: relative error {float(per_row[i]):.2e}, "
+             if g.shape[0] > 1 else "")
     raise AssertionError(f"{what}: relative error {err:.2e}, the bound is {bound:.0e}; {where}element {j} is "
                          f"{float(g[i, j]):.6g}, expected {float(w[i, j]):.6g}")
