@@ -42,9 +42,12 @@ def test_allocation_hands_out_whole_pages(two_copies):
     for row, length in [(0, 8), (1, 4)]:
         slots = table[row, :length]
         pages = slots.view(-1, 4)
-        assert torch.equal(pages - pages[:, :1], torch.arange(4).expand_as(pages)), "a page is 4 consecutive slots"
-        assert (pages[:, 0] % 4 == 0).all(), "and starts at a multiple of the page size"
-        assert (table[row, length:] == -1).all(), "nothing beyond the pages it needs"
+        got = slots.tolist()
+        assert torch.equal(pages - pages[:, :1], torch.arange(4).expand_as(pages)), \
+            f"row {row}: slots {got}: a page is 4 consecutive slots"
+        assert (pages[:, 0] % 4 == 0).all(), f"row {row}: slots {got}: a page starts at a multiple of the page size"
+        assert (table[row, length:] == -1).all(), \
+            f"row {row}: {table[row].tolist()}: nothing beyond the {length} slots of the pages it needs"
     assert len(set(table[:2].flatten().tolist()) - {-1}) == 12, "no slot is handed out twice"
     a.cached_len, a.device_len = 5, 8  # positions 5..7 sit in the page it already has
     cache.allocate_paged([a])
