@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import psutil
 
 from minisgl.benchmark.workload import nano_vllm_workload
 from minisgl.server.local import LocalServer
@@ -235,6 +236,44 @@ class Client:
                 return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
 
 
+# ----------------------------------------------------------------------------------------------- CPU per process
+ROLES = {"minisgl-schedul": "scheduler", "minisgl-tokeniz": "tokenizer"}  # the workers' names (chapter 14)
+
+
+def server_processes(pid: int) -> dict[str, "psutil.Process"]:
+    """The processes of the server whose front end has this pid, by role: front end, scheduler, tokenizer (the
+    workers name themselves, chapter 14), and this client."""
+    import psutil
+
+    front = psutil.Process(pid)
+    procs = {"front end": front}
+    for child in front.children(recursive=True):
+        role = ROLES.get(child.name())
+        if role is not None:
+            procs[role] = child
+    procs["client"] = psutil.Process()
+    return procs
+
+
+def cpu_seconds(procs: dict) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far (None for one that is gone)."""
+    out = {}
+    for role, p in procs.items():
+        try:
+            t = p.cpu_times()
+            out[role] = t.user + t.system
+        except Exception:  # psutil.NoSuchProcess: it died, the run's errors say why
+            out[role] = None
+    return out
+
+
+def cpu_per_token(before: dict, after: dict, tokens: int) -> dict[str, float | None]:
+    """Microseconds of CPU each process spent per output token between two cpu_seconds readings: where the
+    served path spends its time (a process near 1e6 / (tok/s) us per token is the one that limits the rate)."""
+    return {role: None if before[role] is None or after.get(role) is None or not tokens
+            else 1e6 * (after[role] - before[role]) / tokens for role in before}
+
+
 # ----------------------------------------------------------------------------------------------- the server
 def wait_healthy(url: str, timeout: float) -> None:
     """Wait for a server this client did not start."""
@@ -301,6 +340,10 @@ def line(label: str, s: dict) -> str:
             f"ITL {ms(s['itl_s'], 'p50')}/{ms(s['itl_s'], 'p90')}/{ms(s['itl_s'], 'p99')}")
 
 
+def cpu_line(per_token: dict) -> str:
+    return ", ".join(f"{role} {'-' if us is None else f'{us:.0f} us'}" for role, us in per_token.items())
+
+
 def plot(result: dict, path: Path) -> Path:
     """TTFT, TPOT and ITL percentiles and the throughputs against the request rate (one point per rate)."""
     import matplotlib
@@ -365,6 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slo-ttft", type=float, default=1.0, help="goodput: TTFT at most this many seconds (1.0)")
     ap.add_argument("--slo-tpot", type=float, default=0.05, help="goodput: TPOT at most this many seconds (0.05)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed requests sent first (default 1)")
+    ap.add_argument("--runs", type=int, default=1, help="times each rate is run (default 1); the table shows the "
+                    "median run and the spread")
     ap.add_argument("--out", type=Path, required=True, help="JSON file the results are written to")
     ap.add_argument("--png", type=Path, default=None, help="plot of the percentiles and throughputs per rate")
     return ap
@@ -382,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.num_requests < 1:
         raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
+    if args.runs < 1:
+        raise ValueError(f"--runs must be >= 1, got {args.runs}")
     max_token_id = args.max_token_id
     if max_token_id is None:
         max_token_id = 10000
@@ -409,18 +456,24 @@ def main(argv: list[str] | None = None) -> int:
         warm = [RequestSpec(-1, s.prompt, min(4, s.max_tokens)) for s in specs[: args.warmup]]
         if warm:
             asyncio.run(client.run(warm, [0.0] * len(warm), "warm-up", quiet=True))
+        procs = server_processes(server["pid"]) if server.get("pid") else {"client": psutil.Process()}
         for i, rate in enumerate(args.rates):
-            records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i), rate_label(rate),
-                                             quiet))
-            for rec in records:
-                if rec["error"] is None:
-                    rec.update(request_metrics(rec))
-            summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
-            result["runs"].append({"rate": rate_label(rate), "summary": summary, "requests": records})
-            print(line(rate_label(rate), summary), flush=True)
-            for rec in records:
-                if rec["error"] is not None:
-                    print(f"  request {rec['index']} failed: {rec['error']}", flush=True)
+            for repeat in range(args.runs):
+                before = cpu_seconds(procs)
+                records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i),
+                                                 rate_label(rate), quiet))
+                for rec in records:
+                    if rec["error"] is None:
+                        rec.update(request_metrics(rec))
+                summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
+                summary["cpu_us_per_token"] = cpu_per_token(before, cpu_seconds(procs), summary["output_tokens"])
+                result["runs"].append({"rate": rate_label(rate), "repeat": repeat, "summary": summary,
+                                       "requests": records})
+                print(line(rate_label(rate), summary), flush=True)
+                print(f"  CPU per output token: {cpu_line(summary['cpu_us_per_token'])}", flush=True)
+                for rec in records:
+                    if rec["error"] is not None:
+                        print(f"  request {rec['index']} failed: {rec['error']}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"results written: {args.out}")
