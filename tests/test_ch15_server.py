@@ -684,7 +684,9 @@ def test_64_concurrent_streams_with_disconnects(server):
 
     async def run():
         limits = httpx.Limits(max_connections=64)
-        async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        # No read limit: a stream's first bytes come with its first token, after the requests queued before it
+        # (16 run at a time); on a loaded machine that took over 300 s. A hang still ends at the test's timeout.
+        async with httpx.AsyncClient(timeout=httpx.Timeout(300, read=None), limits=limits) as http:
             return await asyncio.gather(*(stream_one(http, server.url, prompts[p], leave) for p, leave in plan))
 
     results = asyncio.run(run())

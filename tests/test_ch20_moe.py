@@ -124,7 +124,8 @@ def test_select_experts_computes_in_float32_from_bf16_logits():
     logits = torch.randn(9, 8, generator=gen(3)).to(torch.bfloat16)
     weights, ids = select_experts(logits, 2, True)
     want_w, want_ids = softmax_topk64(logits.float(), 2, True)
-    assert weights.dtype == torch.float32 and torch.equal(ids.long(), want_ids)
+    assert weights.dtype == torch.float32, f"weights are {weights.dtype}: the softmax is taken in float32"
+    assert torch.equal(ids.long(), want_ids), f"experts chosen {ids.tolist()}, expected {want_ids.tolist()}"
     assert torch.allclose(weights.double(), want_w, rtol=1e-5), "softmax of bf16 logits must be taken in float32"
 
 

@@ -11,10 +11,12 @@ shutdown (Ctrl-C, SIGTERM) ends every open stream with an error event first.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -480,6 +482,15 @@ def run_api_server(args: ServerArgs) -> int:
     print(f"starting the workers for {args.model_path} ...", flush=True)
     try:
         with Workers(args.model_path, args.engine_args, args.scheduler_args) as workers:
+            # This process binds the port and hands the socket to uvicorn: with --port 0 the system picks a free
+            # one, and no other process can take it between the choice and the listening.
+            try:
+                sock = socket.create_server((args.host, args.port), family=socket.AF_INET6 if ":" in args.host
+                                            else socket.AF_INET)
+            except OSError as e:
+                print(f"error: cannot listen on {args.host}:{args.port}: {e.strerror or e}", flush=True)
+                return 1
+            args = dataclasses.replace(args, port=sock.getsockname()[1])  # the port chosen, for the start-up line
             server: Server | None = None
 
             def on_dead(reason: str) -> None:
@@ -489,15 +500,14 @@ def run_api_server(args: ServerArgs) -> int:
             frontend = Frontend(workers, on_dead, Metrics(args.served_model_name), args.log_requests,
                                 args.stream_interval)
             app = create_app(frontend, args, workers.max_seq_len, workers.page_size)
-            config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                    timeout_graceful_shutdown=3)
+            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3)
             server = Server(config)
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again once it has put these
             # handlers back: they only note it, so the run ends here and leaving the `with` stops the workers.
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: None)
             try:
-                server.run()
+                server.run(sockets=[sock])
             finally:
                 frontend.stop()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the workers started: they are stopped

@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     p = argparse.ArgumentParser(prog="python -m minisgl.server", description="an OpenAI-compatible server")
     p.add_argument("--model", required=True, help="a model folder (config.json, safetensors, tokenizer)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="0: a free port the system picks (the server prints it)")
     p.add_argument("--served-model-name", default="")
     p.add_argument("--api-key", default=None, help="required on /v1/* and on every POST (/abort_request)")
     p.add_argument("--log-requests", action="store_true", help="print one line per finished request")
