@@ -145,27 +145,38 @@ bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several
 
 # Chapter 22's online benchmark: a server started on the model, loaded at several request rates by a streaming
 # client. On a CPU: SmolLM2, a few short requests; on a GPU: the random Qwen3-0.6B-shaped model, more and longer
-# ones. BENCH_SERVE_ARGS come last and override any of these (python -m benchmark.online --help).
+# ones. BENCH_SERVE_ARGS come last and override any of these (python -m benchmark.online --help). Both first run
+# the same requests through the engine itself (the offline row the server is judged against).
+# LOADGEN=aiperf also loads the server with NVIDIA's AIPerf, the same requests (installed into build/aiperf the
+# first time, ~1 GB; AIPERF="..." names a command that runs an AIPerf you have instead).
 BENCH_SERVE_ARGS ?=
-BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --min-len 8 --max-input-len 64 \
+LOADGEN          ?=
+AIPERF           ?= build/aiperf/bin/aiperf
+LOADGEN_ARGS      = $(if $(filter aiperf,$(LOADGEN)),--loadgen aiperf --aiperf "$(AIPERF)")
+BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --offline-runs 1 --min-len 8 --max-input-len 64 \
 	--max-output-len 16 --slo-ttft 2 --slo-tpot 0.5 \
 	--server-args "--max-running-reqs 16 --max-seq-len 256 --cpu-kv-cache-mb 64"
-BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 4,16,64,inf --min-len 100 --max-input-len 1024 \
+BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 16,64,inf --runs 3 --offline-runs 3 --min-len 100 --max-input-len 1024 \
 	--max-output-len 512 --slo-ttft 1 --slo-tpot 0.05 \
 	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384 --page-size 256 --cuda-graph-max-bs 256"
 
-bench-serve:  ## chapter 22's online benchmark (server + streaming client at several request rates; BENCH_SERVE_ARGS more options)
+bench-serve: $(if $(and $(filter aiperf,$(LOADGEN)),$(filter build/aiperf/bin/aiperf,$(AIPERF))),build/aiperf/bin/aiperf)  ## chapter 22's online benchmark (server + streaming client at several rates, the offline row; LOADGEN=aiperf a second client)
 	@tree="$$($(FINAL_TREE))"; export PYTHONPATH="$$tree:.:$$PYTHONPATH"; \
 	if $(PY) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
 		$(PY) -c 'from minisgl.benchmark.random_model import make_model; make_model("$(BENCH_MODEL)")' && \
-		$(PY) -m benchmark.online $(BENCH_SERVE_GPU) --out $(BENCH_DIR)/online.json \
+		$(PY) -m benchmark.online $(BENCH_SERVE_GPU) $(LOADGEN_ARGS) --out $(BENCH_DIR)/online.json \
 			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
 	else \
 		export MINISGL_CPU_THREADS="$${MINISGL_CPU_THREADS:-$$($(PY) -c 'from tools.course import cpu_threads; print(cpu_threads())')}"; \
 		$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")' && \
-		$(PY) -m benchmark.online $(BENCH_SERVE_CPU) --out $(BENCH_DIR)/online.json \
+		$(PY) -m benchmark.online $(BENCH_SERVE_CPU) $(LOADGEN_ARGS) --out $(BENCH_DIR)/online.json \
 			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
 	fi
+
+build/aiperf/bin/aiperf:  # AIPerf in a virtual environment of its own (its pinned packages stay out of the course's)
+	@echo "== installing AIPerf into build/aiperf (once)"
+	$(PY) -m venv build/aiperf && build/aiperf/bin/python -m pip install -q --disable-pip-version-check \
+		"aiperf==$$($(PY) -c 'from benchmark.aiperf import AIPERF_VERSION; print(AIPERF_VERSION)')"
 
 profile:  ## (GPU) chapter 22's profile: kernel tables of a decode and a prefill step, the workload's timeline (PROFILE_DIR)
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.profile \

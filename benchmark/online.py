@@ -37,6 +37,7 @@ import random
 import re
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import psutil
 
 from minisgl.benchmark.workload import nano_vllm_workload
 from minisgl.server.local import LocalServer
@@ -235,6 +237,44 @@ class Client:
                 return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
 
 
+# ----------------------------------------------------------------------------------------------- CPU per process
+ROLES = {"minisgl-schedul": "scheduler", "minisgl-tokeniz": "tokenizer"}  # the workers' names (chapter 14)
+
+
+def server_processes(pid: int) -> dict[str, "psutil.Process"]:
+    """The processes of the server whose front end has this pid, by role: front end, scheduler, tokenizer (the
+    workers name themselves, chapter 14), and this client."""
+    import psutil
+
+    front = psutil.Process(pid)
+    procs = {"front end": front}
+    for child in front.children(recursive=True):
+        role = ROLES.get(child.name())
+        if role is not None:
+            procs[role] = child
+    procs["client"] = psutil.Process()
+    return procs
+
+
+def cpu_seconds(procs: dict) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far (None for one that is gone)."""
+    out = {}
+    for role, p in procs.items():
+        try:
+            t = p.cpu_times()
+            out[role] = t.user + t.system
+        except Exception:  # psutil.NoSuchProcess: it died, the run's errors say why
+            out[role] = None
+    return out
+
+
+def cpu_per_token(before: dict, after: dict, tokens: int) -> dict[str, float | None]:
+    """Microseconds of CPU each process spent per output token between two cpu_seconds readings: where the
+    served path spends its time (a process near 1e6 / (tok/s) us per token is the one that limits the rate)."""
+    return {role: None if before[role] is None or after.get(role) is None or not tokens
+            else 1e6 * (after[role] - before[role]) / tokens for role in before}
+
+
 # ----------------------------------------------------------------------------------------------- the server
 def wait_healthy(url: str, timeout: float) -> None:
     """Wait for a server this client did not start."""
@@ -301,35 +341,43 @@ def line(label: str, s: dict) -> str:
             f"ITL {ms(s['itl_s'], 'p50')}/{ms(s['itl_s'], 'p90')}/{ms(s['itl_s'], 'p99')}")
 
 
+def cpu_line(per_token: dict) -> str:
+    return ", ".join(f"{role} {'-' if us is None else f'{us:.0f} us'}" for role, us in per_token.items())
+
+
 def plot(result: dict, path: Path) -> Path:
-    """TTFT, TPOT and ITL percentiles and the throughputs against the request rate (one point per rate)."""
+    """TTFT, TPOT and ITL percentiles and the throughput against the request rate (each rate's median run), the
+    offline engine's as dashed lines where it ran; two by two, readable on a phone."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = result["runs"]
-    x = range(len(runs))
-    labels = [r["rate"] for r in runs]
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6))
+    rows = result.get("summary") or summary_rows(result)
+    offline = next((r for r in rows if r["rate"] == "offline"), None)
+    rows = [r for r in rows if r["rate"] != "offline" and " " not in r["rate"]]  # our client's rates
+    x = range(len(rows))
+    labels = [r["rate"] for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(8, 6.4))
+    axes = axes.ravel()
     for ax, key, title in zip(axes, ("ttft_s", "tpot_s", "itl_s"), ("TTFT", "TPOT", "ITL")):
         for q, style in zip(PERCENTILES, ("-o", "--s", ":^")):
-            values = [r["summary"][key][f"p{q}"] for r in runs]
+            values = [r[key][f"p{q}"] for r in rows]
             ax.plot(x, [math.nan if v is None else 1000 * v for v in values], style, label=f"p{q}")
-        ax.set_title(f"{title} (ms)", fontsize=10)
+        if offline and offline[key]["p50"] is not None:
+            ax.axhline(1000 * offline[key]["p50"], color="grey", ls="--", lw=1, label="offline p50")
+        ax.set_title(f"{title} (ms)", fontsize=11)
     ax = axes[3]
-    ax.plot(x, [r["summary"]["output_tok_s"] for r in runs], "-o", color="#5b8e7d", label="output tok/s")
-    ax.set_title("output tokens/s", fontsize=10)
-    good = ax.twinx()
-    good.plot(x, [r["summary"]["goodput"] for r in runs], "--s", color="#bc4b51", label="goodput (req/s)")
-    good.set_ylabel("goodput (req/s)", fontsize=8)
+    ax.plot(x, [r["output_tok_s"] for r in rows], "-o", color="#5b8e7d", label="server")
+    if offline:
+        ax.axhline(offline["output_tok_s"], color="grey", ls="--", lw=1, label="offline engine")
+    ax.set_title("output tokens/s", fontsize=11)
     for ax in axes:
         ax.set_xticks(list(x), labels)
-        ax.set_xlabel("request rate (req/s)", fontsize=8)
+        ax.set_xlabel("request rate (req/s)", fontsize=9)
         ax.set_ylim(bottom=0)
-    good.set_ylim(bottom=0)
-    axes[0].legend(fontsize=8, frameon=False)
-    axes[3].legend(handles=axes[3].lines + good.lines, fontsize=8, frameon=False, loc="upper left")
+    axes[0].legend(fontsize=9, frameon=False)
+    axes[3].legend(fontsize=9, frameon=False, loc="lower right")
     w = result["workload"]
     fig.suptitle(f"{result['model']}: {w['requests']} requests per rate, {w['output_tokens']:,} output tokens, "
                  f"{result['api']} API", fontsize=10)
@@ -338,6 +386,113 @@ def plot(result: dict, path: Path) -> Path:
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return path
+
+
+# ----------------------------------------------------------------------------------------------- the offline row
+def run_offline(args: argparse.Namespace, specs: list[RequestSpec]) -> list[dict]:
+    """The same requests through LLM (benchmark/offline.py), summarized as a rate "offline" run would be."""
+    from benchmark.offline import offline_runs
+
+    print(f"== offline: the same {len(specs)} requests through LLM, 1 untimed run + {args.offline_runs} timed",
+          flush=True)
+    runs = offline_runs(str(args.model), args.server_args, [(s.prompt, s.max_tokens) for s in specs],
+                        args.offline_runs)
+    out = []
+    for run in runs:
+        summary = {"requests": len(specs), "completed": len(specs), "failed": 0, "duration_s": run["wall_s"],
+                   "output_tokens": run["output_tokens"], "output_tok_s": run["output_tok_s"],
+                   "request_throughput": len(specs) / run["wall_s"],
+                   **{k: distribution(run[k]) for k in ("ttft_s", "tpot_s", "itl_s")}}
+        out.append(summary)
+        print(f"offline: {summary['output_tok_s']:.1f} tok/s in {run['wall_s']:.1f} s, TPOT p50 "
+              f"{1000 * summary['tpot_s']['p50']:.1f} ms", flush=True)
+    return out
+
+
+def run_aiperf(args: argparse.Namespace, url: str, model: str, client: Client, specs: list[RequestSpec]) -> list:
+    """AIPerf at every rate, the same request bodies (benchmark/aiperf.py); a failure is recorded, not raised."""
+    from benchmark import aiperf
+
+    tokenizer = str(args.model) if args.model is not None else model
+    out = []
+    for rate in args.rates:
+        label = rate_label(rate)
+        try:
+            summary = aiperf.run(args.aiperf, url, model, tokenizer, [client.body(s) for s in specs], rate,
+                                 args.out.parent / f"aiperf-{label}", args.api_key, args.seed)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            print(f"aiperf rate {label}: {e}", flush=True)
+            out.append({"tool": "aiperf", "rate": label, "error": str(e)})
+            continue
+        out.append({"tool": "aiperf", "rate": label, "summary": summary})
+        ms = lambda d, q: "-" if d[q] is None else f"{1000 * d[q]:.0f}"  # noqa: E731
+        print(f"aiperf rate {label:>5}: {summary['output_tok_s']:.1f} tok/s, {summary['errors']} errors; ms p50/p99: "
+              f"TTFT {ms(summary['ttft_s'], 'p50')}/{ms(summary['ttft_s'], 'p99')}, "
+              f"TPOT {ms(summary['tpot_s'], 'p50')}/{ms(summary['tpot_s'], 'p99')}", flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- summary, targets
+def median_run(summaries: list[dict]) -> dict:
+    """The run of median throughput (the lower middle one of an even count), with min/median/max of the
+    throughput over all runs."""
+    ordered = sorted(summaries, key=lambda s: s["output_tok_s"])
+    rates = [s["output_tok_s"] for s in ordered]
+    return {**ordered[(len(ordered) - 1) // 2], "runs": len(ordered),
+            "output_tok_s_spread": {"min": rates[0], "median": percentile(rates, 50), "max": rates[-1]}}
+
+
+def summary_rows(result: dict) -> list[dict]:
+    """One row per rate (its median run), and the offline row first when there is one."""
+    rows = []
+    if result.get("offline"):
+        rows.append({"rate": "offline", **median_run(result["offline"])})
+    by_rate: dict[str, list[dict]] = {}
+    for run in result["runs"]:
+        by_rate.setdefault(run["rate"], []).append(run["summary"])
+    rows += [{"rate": rate, **median_run(summaries)} for rate, summaries in by_rate.items()]
+    rows += [{"rate": f"{ext['tool']} {ext['rate']}", **median_run([ext["summary"]])}
+             for ext in result.get("external", []) if "summary" in ext]
+    return rows
+
+
+def print_summary(rows: list[dict]) -> None:
+    ms = lambda d, q: "-" if d.get(q) is None else f"{1000 * d[q]:.1f}"  # noqa: E731
+    print(f"{'rate':>12} {'runs':>4} {'tok/s min/median/max':>26} {'TTFT p50/p99 ms':>17} {'TPOT p50/p99 ms':>17} "
+          f"{'ITL p99 ms':>10}")
+    for r in rows:
+        sp = r["output_tok_s_spread"]
+        print(f"{r['rate']:>12} {r['runs']:>4} {sp['min']:>8.0f} /{sp['median']:>7.0f} /{sp['max']:>7.0f} "
+              f"{ms(r['ttft_s'], 'p50'):>8}/{ms(r['ttft_s'], 'p99'):<8} {ms(r['tpot_s'], 'p50'):>8}/"
+              f"{ms(r['tpot_s'], 'p99'):<8} {ms(r['itl_s'], 'p99'):>10}")
+
+
+TTFT_P99_AT_64 = 0.5  # seconds
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """The served path against the engine: throughput at rate inf >= 0.9x offline, TPOT p50 at rate inf <= 1.3x
+    offline, TTFT p99 at rate 64 <= 500 ms; each met or missed (only those whose rows were run)."""
+    by = {r["rate"]: r for r in rows}
+    out = []
+
+    def add(name: str, ok: bool, detail: str) -> None:
+        out.append({"name": name, "verdict": "met" if ok else "missed", "detail": detail})
+
+    off, inf = by.get("offline"), by.get("inf")
+    if off and inf:
+        ratio = inf["output_tok_s_spread"]["median"] / off["output_tok_s_spread"]["median"]
+        add("throughput at rate inf >= 0.9x offline", ratio >= 0.9,
+            f"{inf['output_tok_s_spread']['median']:.0f} vs {off['output_tok_s_spread']['median']:.0f} tok/s, "
+            f"{ratio:.2f}x")
+        a, b = inf["tpot_s"]["p50"], off["tpot_s"]["p50"]
+        if a is not None and b:
+            add("TPOT p50 at rate inf <= 1.3x offline", a <= 1.3 * b,
+                f"{1000 * a:.1f} vs {1000 * b:.1f} ms, {a / b:.2f}x")
+    if by.get("64") and by["64"]["ttft_s"]["p99"] is not None:
+        p99 = by["64"]["ttft_s"]["p99"]
+        add("TTFT p99 at rate 64 <= 500 ms", p99 <= TTFT_P99_AT_64, f"{1000 * p99:.0f} ms")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -365,6 +520,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slo-ttft", type=float, default=1.0, help="goodput: TTFT at most this many seconds (1.0)")
     ap.add_argument("--slo-tpot", type=float, default=0.05, help="goodput: TPOT at most this many seconds (0.05)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed requests sent first (default 1)")
+    ap.add_argument("--runs", type=int, default=1, help="times each rate is run (default 1); the summary shows "
+                    "the median run and the spread of the throughput")
+    ap.add_argument("--offline-runs", type=int, default=0, help="with --model: also run the same requests through "
+                    "the engine itself (LLM, the server's settings) this many times after one untimed run, before "
+                    "the server starts: the offline row the server is measured against (default 0: none)")
+    ap.add_argument("--loadgen", choices=["aiperf"], default=None, help="after our client, run this external load "
+                    "generator with the same requests at every rate (benchmark/aiperf.py)")
+    ap.add_argument("--aiperf", default="aiperf", help="the command that runs AIPerf (default: aiperf)")
     ap.add_argument("--out", type=Path, required=True, help="JSON file the results are written to")
     ap.add_argument("--png", type=Path, default=None, help="plot of the percentiles and throughputs per rate")
     return ap
@@ -382,6 +545,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.num_requests < 1:
         raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
+    if args.runs < 1:
+        raise ValueError(f"--runs must be >= 1, got {args.runs}")
+    if args.offline_runs < 0:
+        raise ValueError(f"--offline-runs must be >= 0, got {args.offline_runs}")
     max_token_id = args.max_token_id
     if max_token_id is None:
         max_token_id = 10000
@@ -401,6 +568,10 @@ def main(argv: list[str] | None = None) -> int:
                            "min_len": args.min_len, "max_input_len": args.max_input_len,
                            "max_output_len": args.max_output_len, "max_token_id": max_token_id, "seed": args.seed},
               "runs": []}
+    if args.offline_runs:
+        if args.model is None or args.api != "completions":
+            raise ValueError("--offline-runs needs --model and --api completions (token-id prompts)")
+        result["offline"] = run_offline(args, specs)
     with target(args, server) as url:
         model, max_model_len = served_model(url, args.api_key)
         result.update(url=url, model=model, max_model_len=max_model_len)
@@ -409,18 +580,31 @@ def main(argv: list[str] | None = None) -> int:
         warm = [RequestSpec(-1, s.prompt, min(4, s.max_tokens)) for s in specs[: args.warmup]]
         if warm:
             asyncio.run(client.run(warm, [0.0] * len(warm), "warm-up", quiet=True))
+        procs = server_processes(server["pid"]) if server.get("pid") else {"client": psutil.Process()}
         for i, rate in enumerate(args.rates):
-            records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i), rate_label(rate),
-                                             quiet))
-            for rec in records:
-                if rec["error"] is None:
-                    rec.update(request_metrics(rec))
-            summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
-            result["runs"].append({"rate": rate_label(rate), "summary": summary, "requests": records})
-            print(line(rate_label(rate), summary), flush=True)
-            for rec in records:
-                if rec["error"] is not None:
-                    print(f"  request {rec['index']} failed: {rec['error']}", flush=True)
+            for repeat in range(args.runs):
+                before = cpu_seconds(procs)
+                records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i),
+                                                 rate_label(rate), quiet))
+                for rec in records:
+                    if rec["error"] is None:
+                        rec.update(request_metrics(rec))
+                summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
+                summary["cpu_us_per_token"] = cpu_per_token(before, cpu_seconds(procs), summary["output_tokens"])
+                result["runs"].append({"rate": rate_label(rate), "repeat": repeat, "summary": summary,
+                                       "requests": records})
+                print(line(rate_label(rate), summary), flush=True)
+                print(f"  CPU per output token: {cpu_line(summary['cpu_us_per_token'])}", flush=True)
+                for rec in records:
+                    if rec["error"] is not None:
+                        print(f"  request {rec['index']} failed: {rec['error']}", flush=True)
+        if args.loadgen == "aiperf":
+            result["external"] = run_aiperf(args, url, model, client, specs)
+    result["summary"] = summary_rows(result)
+    print_summary(result["summary"])
+    result["targets"] = targets(result["summary"])
+    for t in result["targets"]:
+        print(f"target {t['name']}: {t['verdict']} ({t['detail']})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"results written: {args.out}")

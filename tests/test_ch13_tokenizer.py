@@ -97,6 +97,42 @@ def test_random_ids_add_up_to_the_full_decode(name, skip):
         assert_safe_prefixes(tok, ids, pieces, skip)
 
 
+@pytest.mark.stubs("DetokenizeManager.detokenize", *STREAM)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_a_step_decoded_ahead_in_one_batch_streams_the_same_pieces(name, monkeypatch):
+    """DetokenizeManager.prefetch decodes, for a whole step, the windows each stream's next token needs, in one
+    call of the Rust tokenizer: the pieces must be exactly those of one stream at a time, and the streams must not
+    call decode themselves for them."""
+    tok = tokenizer(name)
+    rng = random.Random(5)
+    hard, specials = fragment_ids(tok), tok.all_special_ids
+    pool = [rng.choice(hard) for _ in range(20)] + [rng.randrange(len(tok)) for _ in range(6)] + specials
+    seqs = {uid: [rng.choice(pool) for _ in range(rng.randrange(5, 25))] for uid in range(12)}
+    stops = {3: dict(stop=[tok.decode(seqs[3][2:4])]), 5: dict(stop_token_ids=[seqs[5][6]])}
+    calls = []
+    real_decode = tok.decode
+    monkeypatch.setattr(tok, "decode", lambda ids, **kw: calls.append(len(ids)) or real_decode(ids, **kw))
+    batched, alone = DetokenizeManager(tok), DetokenizeManager(tok)
+    for m in (batched, alone):
+        for uid in seqs:
+            m.add(uid, skip_special_tokens=uid % 2 == 0, **stops.get(uid, {}))
+    got, want = {uid: [] for uid in seqs}, {uid: [] for uid in seqs}
+    for k in range(max(map(len, seqs.values()))):
+        step = [(uid, ids[k], k == len(ids) - 1) for uid, ids in seqs.items() if k < len(ids)]
+        for uid, token, last in step:
+            want[uid].append(alone.detokenize(uid, token, last))
+        calls.clear()
+        batched.prefetch([(uid, token) for uid, token, _ in step])
+        assert calls == [], f"prefetch called tokenizer.decode {len(calls)} times instead of one batch decode"
+        for uid, token, last in step:
+            got[uid].append(batched.detokenize(uid, token, last))
+        finishing = sum(last or uid in stops for uid, _, last in step)
+        assert len(calls) <= 2 * finishing, f"step {k}: {len(calls)} decodes after the prefetch (streams ending: " \
+                                            f"{finishing})"
+    assert got == want, "the prefetched steps streamed other pieces than one stream at a time"
+    assert not batched.streams and all(not d.prefetched for d in alone.streams.values())
+
+
 @pytest.mark.stubs(*STREAM)
 def test_each_step_decodes_a_short_window():
     """Decoding the whole sequence at every step would be right but quadratic: the window must slide."""

@@ -312,6 +312,33 @@ def test_a_stop_ends_the_text_and_aborts_the_scheduler_request(kind):
     assert aborts == [0], f"the scheduler is told once to drop the request, got aborts for {aborts}"
 
 
+@pytest.mark.stubs("TokenizerWorker.detokenize", "TokenizerWorker.abort")
+@pytest.mark.parametrize("interval", [1, 5, 0])
+def test_a_stream_interval_holds_text_for_the_next_reply(interval):
+    """TokenizeMsg.stream_interval: the first token's reply at once, then one every `interval` tokens carrying the
+    text of all of them, and the last (0: the first and the last only); an abort sends what was held."""
+    tok = tokenizer("smollm2")
+    ids = story_tokens()
+    w = worker()
+    w.open_stream(0, prompt_tokens=5, stream_interval=interval)
+    replies = feed(w, 0, ids)
+    counts = [r.completion_tokens for r in replies]
+    want = ({1: list(range(1, 25)), 5: [1, 6, 11, 16, 21, 24], 0: [1, 24]})[interval]
+    assert counts == want, f"interval {interval}: replies after tokens {counts}, want {want}"
+    assert "".join(r.incremental_output for r in replies) == tok.decode(ids, skip_special_tokens=True)
+    assert replies[-1].finished and not w.held and not w.intervals, "nothing is kept for an ended stream"
+    w.open_stream(1, prompt_tokens=5, stream_interval=interval)
+    for t in ids[:8]:
+        w.handle([DetokenizeMsg(1, t, False)])
+    early = [r for r in w.take_outputs()[1] if isinstance(r, UserReply)]
+    w.handle([AbortMsg(1)])
+    last = [r for r in w.take_outputs()[1] if isinstance(r, UserReply)]
+    text = "".join(r.incremental_output for r in early + last)
+    assert last[-1].finish_reason == "abort" and text == tok.decode(ids[:8], skip_special_tokens=True), \
+        f"interval {interval}: the abort must send the text held back, got {text!r}"
+    assert not w.held and not w.intervals
+
+
 @pytest.mark.stubs("TokenizerWorker.abort")
 def test_abort_and_scheduler_errors():
     w = worker()

@@ -147,9 +147,12 @@ def run_events(replies: list, chat: bool, include_usage: bool, request=None):
     return asyncio.run(collect()), frontend
 
 
-def parse(events_: list[str]) -> list:
-    assert all(e.startswith("data: ") and e.endswith("\n\n") for e in events_), f"not SSE events: {events_}"
-    return [e[6:-2] if e[6:-2] == "[DONE]" else json.loads(e[6:-2]) for e in events_]
+def parse(writes: list[str]) -> list:
+    """The events of a stream, whatever the writes that carried them (one write may carry several events)."""
+    assert all(w.startswith("data: ") and w.endswith("\n\n") for w in writes), f"not whole SSE events: {writes}"
+    events_ = "".join(writes)[:-2].split("\n\n")
+    assert all(e.startswith("data: ") and "\n" not in e for e in events_), f"not SSE events: {events_}"
+    return [e[6:] if e[6:] == "[DONE]" else json.loads(e[6:]) for e in events_]
 
 
 @pytest.mark.stubs("events")
@@ -174,6 +177,31 @@ def test_the_event_stream_carries_text_reason_usage_and_done(chat):
     assert frontend.finished == [4] and frontend.aborted == [], "a finished stream gives its queue back"
     without, _ = run_events(replies, chat, include_usage=False)
     assert all("usage" not in c for c in parse(without)[:-1]), "no usage chunk unless include_usage"
+
+
+@pytest.mark.stubs("events")
+def test_replies_that_wait_together_go_out_in_one_write_one_event_each():
+    """Under load a stream finds several replies in its queue: they leave in one write (one trip through Starlette,
+    h11 and the socket), but each is still its own event, so a client sees every token."""
+    replies = [UserReply(4, t, False, None, 5, i + 1) for i, t in enumerate(["a", "b", "", "c", "d"])]
+    replies.append(UserReply(4, "e", True, "length", 5, 6))
+    out, frontend = run_events(replies, chat=False, include_usage=False)
+    chunks = parse(out)
+    assert [c["choices"][0]["text"] for c in chunks[:-2]] == ["a", "b", "", "c", "d", "e"], \
+        f"one event per reply, in order: {chunks}"
+    assert len(out) < len(replies), f"{len(replies)} replies queued at once took {len(out)} writes"
+    assert frontend.finished == [4]
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_a_text_event_is_byte_for_byte_the_chunk_it_stands_for(chat):
+    """Completion.text_event encodes only the text into a template made once per request: its bytes must be those
+    of json.dumps of the whole chunk, for any text."""
+    from minisgl.server.api_server import sse
+
+    shape = Completion(chat, 'm"odel\u00e9')
+    for text in ["", " word", 'say "hi"\n', "\\ back", "caf\u00e9 \u4f60\u597d \U0001f44d", "\x00\x1f\u2028", "\ufffd"]:
+        assert shape.text_event(text) == sse(shape.chunk(text, None)), f"text {text!r}"
 
 
 @pytest.mark.stubs("events")
@@ -461,7 +489,8 @@ class Server(LocalServer):
 SERVER_FLAGS = ("--max-running-reqs", "16", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64",
                 "--max-extend-tokens", "64")
 TINY_FLAGS = ("--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
-LOGGING_FLAGS = ("--max-running-reqs", "4", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64", "--log-requests")
+LOGGING_FLAGS = ("--max-running-reqs", "4", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64", "--log-requests",
+                 "--stream-interval", "4")
 
 
 @pytest.fixture(scope="module")
@@ -765,6 +794,26 @@ def test_the_startup_line_and_the_request_log(servers):
         assert time.monotonic() < deadline, f"no log line names {r.json()['id']}:\n{s.tail()}"
         time.sleep(0.1)
     assert "3 prompt + 5 completion tokens" in logged[0] and "finish length" in logged[0], logged[0]
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_a_stream_interval_sends_several_tokens_per_event(servers):
+    """--stream-interval 4: a stream gets the first token's event at once, then one every 4 tokens with the text of
+    all of them, and the last; the text is the same as without."""
+    s = servers["sigterm"]()  # started with --stream-interval 4
+    body = {"prompt": TEXTS[0], "max_tokens": 13, "temperature": 0, "ignore_eos": True}
+    whole = httpx.post(s.url + "/v1/completions", json=body, timeout=120)
+    assert whole.status_code == 200, whole.text
+    texts = []
+    with httpx.stream("POST", s.url + "/v1/completions", json={**body, "stream": True}, timeout=120) as r:
+        assert r.status_code == 200, r.read().decode()
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                choice = json.loads(line[6:])["choices"][0]
+                if choice["finish_reason"] is None:
+                    texts.append(choice["text"])
+    assert "".join(texts) == whole.json()["choices"][0]["text"], f"the streamed text {texts} differs"
+    assert len(texts) == 4, f"13 tokens at an interval of 4: events at tokens 1, 5, 9 and 13, got {len(texts)}"
 
 
 @pytest.mark.stubs(*SERVER_STUBS)

@@ -670,7 +670,7 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
     out, png = tmp_path / "online.json", tmp_path / "online.png"
     w = ONLINE_WORKLOAD
     code = online.main(["--model", str(tiny_qwen3), "--server-args", ONLINE_SERVER, "--rates", "8,inf",
-                        "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
+                        "--offline-runs", "1", "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
                         "--max-input-len", str(w["max_input_len"]), "--max-output-len", str(w["max_output_len"]),
                         "--out", str(out), "--png", str(png)])
     result = json.loads(out.read_text())
@@ -718,6 +718,75 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
         split = online.summarize_run(metered, slo_ttft=median, slo_tpot=None)
         good = sum(a <= median for a in ttft)
         assert split["good_requests"] == good and math.isclose(split["goodput"], good / duration), split
+    # The offline row: the same requests through the engine itself, every token of them.
+    (offline,) = result["offline"]
+    tokens = sum(n for _, n in workload)
+    assert offline["output_tokens"] == tokens and offline["completed"] == len(workload), offline
+    assert math.isclose(offline["output_tok_s"], tokens / offline["duration_s"]), offline
+    assert [r["rate"] for r in result["summary"]] == ["offline", "8", "inf"], result["summary"]
+    assert [t["name"] for t in result["targets"]] == ["throughput at rate inf >= 0.9x offline",
+                                                       "TPOT p50 at rate inf <= 1.3x offline"], result["targets"]
+
+
+def _row(rate: str, tok_s: float, tpot_p50: float | None = 0.01, ttft_p99: float | None = 0.1) -> dict:
+    return {"rate": rate, "output_tok_s_spread": {"min": tok_s, "median": tok_s, "max": tok_s},
+            "tpot_s": {"p50": tpot_p50}, "ttft_s": {"p99": ttft_p99}}
+
+
+@pytest.mark.parametrize("inf_tok_s, inf_tpot, ttft_64, verdicts", [
+    (950.0, 0.0125, 0.45, ["met", "met", "met"]),
+    (899.0, 0.0131, 0.50, ["missed", "missed", "met"]),  # 0.899x; 1.31x; exactly 500 ms is within
+    (900.0, 0.0130, 0.51, ["met", "met", "missed"]),  # the bounds themselves are met
+])
+def test_online_targets_against_the_offline_row(inf_tok_s, inf_tpot, ttft_64, verdicts):
+    online = _online()
+    rows = [_row("offline", 1000.0, tpot_p50=0.01), _row("64", 800.0, ttft_p99=ttft_64),
+            _row("inf", inf_tok_s, tpot_p50=inf_tpot)]
+    got = online.targets(rows)
+    assert [t["verdict"] for t in got] == verdicts, got
+    assert online.targets([_row("inf", 900.0)]) == [], "no offline row and no rate 64: nothing to judge"
+
+
+def test_online_median_run_and_summary_rows():
+    online = _online()
+
+    def run(tok_s):
+        return {"output_tok_s": tok_s, "ttft_s": {}, "tpot_s": {}, "itl_s": {}, "tag": tok_s}
+
+    m = online.median_run([run(30.0), run(10.0), run(20.0)])
+    assert m["tag"] == 20.0 and m["runs"] == 3, m
+    assert m["output_tok_s_spread"] == {"min": 10.0, "median": 20.0, "max": 30.0}, m
+    assert online.median_run([run(10.0), run(40.0)])["tag"] == 10.0, "an even count: the lower middle run"
+    result = {"offline": [run(5.0)], "runs": [{"rate": "inf", "summary": run(3.0)}, {"rate": "inf", "summary": run(4.0)}],
+              "external": [{"tool": "aiperf", "rate": "inf", "summary": run(2.0)},
+                           {"tool": "aiperf", "rate": "64", "error": "failed"}]}
+    rows = online.summary_rows(result)
+    assert [(r["rate"], r["runs"]) for r in rows] == [("offline", 1), ("inf", 2), ("aiperf inf", 1)], rows
+
+
+def test_aiperf_gets_our_request_bodies_and_its_export_reads_in_seconds(tmp_path):
+    from benchmark import aiperf
+
+    bodies = [{"model": "m", "prompt": [1, 2, 3], "max_tokens": 4, "ignore_eos": True, "stream": True}] * 2
+    inputs = aiperf.write_inputs(bodies, tmp_path / "in" / "inputs.json")
+    sessions = json.loads(inputs.read_text())["data"]
+    assert [s["payloads"] for s in sessions] == [[b] for b in bodies], "each request's body, verbatim"
+    assert len({s["session_id"] for s in sessions}) == 2, "one session per request"
+    cmd = aiperf.command("python -m aiperf", "http://h:1", "m", "tok", inputs, 2, math.inf, tmp_path, "key")
+    assert cmd[:3] == ["python", "-m", "aiperf"] and cmd[cmd.index("--concurrency") + 1] == "2", cmd
+    assert cmd[cmd.index("--api-key") + 1] == "key" and "--request-rate" not in cmd, cmd
+    cmd = aiperf.command("aiperf", "http://h:1", "m", "tok", inputs, 2, 4.0, tmp_path)
+    assert cmd[cmd.index("--request-rate") + 1] == "4" and "--concurrency" not in cmd, cmd
+    # An export in AIPerf 0.13's shape (milliseconds): read in seconds, its inter-token latency as our TPOT.
+    export = {"aiperf_version": "0.13.0", "request_count": {"avg": 16.0}, "benchmark_duration": {"avg": 26.5},
+              "output_token_throughput": {"avg": 7.75}, "request_throughput": {"avg": 0.6},
+              "total_output_tokens": {"avg": 205.0}, "error_summary": [{"code": 500}],
+              "time_to_first_token": {"unit": "ms", "avg": 5308.0, "p50": 5357.0, "p90": 5359.5, "p99": 5390.25},
+              "inter_token_latency": {"unit": "ms", "avg": 1207.5, "p50": 1311.0, "p90": 1491.5, "p99": 1541.0}}
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(export))
+    got = aiperf.read_export(tmp_path)
+    assert got["ttft_s"] == {"mean": 5.308, "p50": 5.357, "p90": 5.3595, "p99": 5.39025}, got["ttft_s"]
+    assert got["tpot_s"]["p50"] == 1.311 and got["output_tok_s"] == 7.75 and got["errors"] == 1, got
 
 
 # ----------------------------------------------------------------------------------------------- GPU only

@@ -43,6 +43,7 @@ class TokenizeMsg(BaseTokenizerMsg):
     stop: List[str] = field(default_factory=list)  # stop strings: the text ends before the first one
     stop_token_ids: List[int] = field(default_factory=list)  # more tokens that end the text (not shown)
     auto_max_tokens: bool = False  # max_tokens was not given: use all the room the context leaves
+    stream_interval: int = 1  # a reply every this many tokens (and the first and the last); 0: the first and last only
 
 
 @dataclass

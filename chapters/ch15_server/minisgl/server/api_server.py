@@ -60,8 +60,9 @@ class Frontend:
     request is printed too."""
 
     def __init__(self, workers: Workers, on_dead=lambda reason: None, metrics: Metrics | None = None,
-                 log_requests: bool = False) -> None:
+                 log_requests: bool = False, stream_interval: int = 1) -> None:
         self.workers = workers
+        self.stream_interval = stream_interval  # a streamed request's reply every this many tokens (1: each token)
         self.on_dead = on_dead
         self.metrics, self.log_requests = metrics, log_requests
         self.queues: dict[int, asyncio.Queue] = {}
@@ -164,6 +165,9 @@ class Frontend:
         self.check_alive()
         uid = next(self.uids)
         msg = to_tokenize_msg(uid, req)
+        # A stream gets a reply every stream_interval tokens; an answer sent whole needs only its first token's (the
+        # request runs: TTFT) and its last.
+        msg.stream_interval = self.stream_interval if req.stream else 0
         queue = self.queues[uid] = asyncio.Queue()
         self.ids[rid], self.rids[uid] = uid, rid
         self.times[uid] = RequestTimes(rid)
@@ -206,11 +210,26 @@ class Frontend:
 async def next_reply(queue: asyncio.Queue, request: Request) -> UserReply | ErrorReply | WorkerGone | None:
     """The request's next reply, or None once its client has disconnected."""
     while True:
+        if not queue.empty():  # no waiting, no timer: the common case under load
+            return queue.get_nowait()
         try:
-            return await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(DISCONNECT_POLL_S):
+                return await queue.get()
+        except TimeoutError:
             if await request.is_disconnected():
                 return None
+
+
+async def next_replies(queue: asyncio.Queue, request: Request) -> list | None:
+    """Every reply of the request that is there now, at least one (waiting for it as next_reply does); None once
+    its client has disconnected."""
+    reply = await next_reply(queue, request)
+    if reply is None:
+        return None
+    replies = [reply]
+    while not queue.empty():
+        replies.append(queue.get_nowait())
+    return replies
 
 
 def error_of(reply: ErrorReply | WorkerGone) -> APIError:
@@ -232,6 +251,20 @@ class Completion:
         self.chat, self.model = chat, model
         self.id = rid or new_request_id(chat)
         self.created = int(time.time())
+        self._text_event = self._empty_event = None
+
+    def text_event(self, text: str) -> str:
+        """The server-sent event of a chunk with this text (not the first of a chat), byte for byte
+        sse(self.chunk(text, None)), from a template made once per request: only the text is encoded each time."""
+        if self._text_event is None:
+            mark = "\x00text\x00"
+            before, after = sse(self.chunk(mark, None)).split(json.dumps(mark, ensure_ascii=False))
+            self._text_event = (before, after)
+            self._empty_event = sse(self.chunk("", None))
+        if not text:
+            return self._empty_event
+        before, after = self._text_event
+        return before + json.dumps(text, ensure_ascii=False) + after
 
     def _object(self, obj: str, choices: list, usage: dict | None = None) -> dict:
         out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
@@ -285,12 +318,13 @@ async def events(frontend: Frontend, uid: int, queue: asyncio.Queue, reply: User
                  request: Request, req: CompletionRequest | ChatCompletionRequest) -> AsyncIterator[str]:
     """The server-sent events of a streamed request, starting from its first reply."""
     # TODO(ch15): one chunk per reply, also when its text is empty (held back: a client still sees the token's
-    #   time), the chat's first chunk also carrying the assistant role;
+    #   time), the chat's first chunk also carrying the assistant role; every reply there is at once
+    #   (next_replies) goes out in one write, still one event each (shape.text_event);
     #   the finish_reason goes in a last chunk of its own; with stream_options.include_usage, a chunk with empty
     #   choices and the usage follows; then "data: [DONE]". A WorkerGone becomes an error event (the body of
     #   error_of, as a request that had not started would get it) and "data: [DONE]". If the stream ends early
-    #   (the client left: next_reply gives None, or the generator is closed, or a WorkerGone came), the request is
-    #   aborted; otherwise its queue is given back.
+    #   (the client left: next_replies gives None, or the generator is closed, or a WorkerGone came), the request
+    #   is aborted; otherwise its queue is given back.
     raise NotImplementedError("TODO(ch15): events")
     yield  # never reached: it keeps this function a generator, as the solution is
 
@@ -463,7 +497,8 @@ def run_api_server(args: ServerArgs) -> int:
                 print(f"error: {reason}; stopping the server", flush=True)
                 server.should_exit = True
 
-            frontend = Frontend(workers, on_dead, Metrics(args.served_model_name), args.log_requests)
+            frontend = Frontend(workers, on_dead, Metrics(args.served_model_name), args.log_requests,
+                                args.stream_interval)
             app = create_app(frontend, args, workers.max_seq_len, workers.page_size)
             config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3)
             server = Server(config)

@@ -22,6 +22,7 @@ WIRE_VERSION = 1  # bump when a message's fields change meaning; a receiver refu
 TAG, VERSION = "__type__", "__v__"
 # Token ids travel as raw bytes; the dtype name says how to read them back (always little-endian).
 TENSOR_DTYPES = {"int32": (torch.int32, "<i4"), "int64": (torch.int64, "<i8")}
+PLAIN_TYPES = frozenset({bool, int, float, str, bytes})  # msgpack's own scalars: a hint they match exactly
 
 
 class MessageError(ValueError):
@@ -59,7 +60,7 @@ def encode_value(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return _encode_tensor(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: encode_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {name: encode_value(getattr(value, name)) for name in _field_names(type(value))}
         return {TAG: type(value).__name__, **fields}
     if isinstance(value, (list, tuple)):
         return [encode_value(v) for v in value]
@@ -99,7 +100,9 @@ def decode_value(data: Any, hint: Any, where: str) -> Any:
     #   None) must match exactly (a bool is not an int; an int may stand for a float). Anything that does not
     #   fit raises MessageError naming `where`, what was expected and what came (use _describe).
     # >>> solution
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if type(data) is hint and hint in PLAIN_TYPES:  # the common case first: a plain value of the hinted type
+        return data
+    origin, args = _hint_parts(hint)
     if origin in (Union, types.UnionType):
         return _decode_union(data, args, where)
     if hint is torch.Tensor:
@@ -122,6 +125,8 @@ def decode_value(data: Any, hint: Any, where: str) -> Any:
 
 
 def _decode_union(data: Any, arms: tuple, where: str) -> Any:
+    if type(data) in arms and (data is None or type(data) in PLAIN_TYPES):  # `str | None` given a str or None
+        return data
     errors = []
     for arm in arms:
         try:
@@ -139,13 +144,14 @@ def _decode_dataclass(data: Any, cls: type, where: str) -> Any:
     if tag not in known:
         raise MessageError(f"{where}: unknown message type {tag!r}, expected one of {sorted(known)}")
     target = known[tag]
-    hints = _field_hints(target)
-    given = {k: v for k, v in data.items() if k != TAG}
-    missing, extra = sorted(hints.keys() - given.keys()), sorted(map(str, given.keys() - hints.keys()))
-    if missing or extra:
+    fields, keys = _decoding_plan(target)
+    if data.keys() != keys:
+        hints = _field_hints(target)
+        given = data.keys() - {TAG}
+        missing, extra = sorted(hints.keys() - given), sorted(map(str, given - hints.keys()))
         problems = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra}"] * bool(extra)
         raise MessageError(f"{where}: {tag} fields wrong: {', '.join(problems)}")
-    kwargs = {name: decode_value(given[name], hint, f"{tag}.{name}") for name, hint in hints.items()}
+    kwargs = {name: decode_value(data[name], hint, field_where) for name, hint, field_where in fields}
     try:
         return target(**kwargs)
     except (TypeError, ValueError) as e:  # the class's own validation (SamplingParams.validate)
@@ -166,6 +172,25 @@ def _tagged_classes(cls: type) -> dict[str, type]:
 def _field_hints(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+@functools.cache
+def _decoding_plan(cls: type) -> tuple[tuple[tuple[str, Any, str], ...], frozenset[str]]:
+    """Worked out once per class: (field, hint, its name in an error message) for every field, and the keys a map
+    of this class has (its fields and the tag)."""
+    hints = _field_hints(cls)
+    return tuple((name, hint, f"{cls.__name__}.{name}") for name, hint in hints.items()), frozenset(hints) | {TAG}
+
+
+@functools.cache
+def _hint_parts(hint: Any) -> tuple[Any, tuple]:
+    """typing.get_origin and get_args of a hint, asked once per hint (list[int] -> (list, (int,)))."""
+    return typing.get_origin(hint), typing.get_args(hint)
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _hint_name(hint: Any) -> str:

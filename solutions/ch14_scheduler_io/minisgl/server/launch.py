@@ -12,6 +12,7 @@ killing them under it (a worker killed so would look like a crash).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -38,9 +39,13 @@ class Addresses:
         return cls(*(f"ipc://{folder / name}" for name in ("backend", "tokenizer", "frontend")))
 
 
-def _in_own_group(target, *args) -> None:
-    """A worker's entry point: leave the parent's process group, then run the worker."""
+def _in_own_group(name: str, target, *args) -> None:
+    """A worker's entry point: leave the parent's process group, take the worker's name (`ps`, `top` and a profiler
+    then tell the two apart: minisgl-scheduler, minisgl-tokenizer, cut to the kernel's 15 characters), then run the
+    worker."""
     os.setpgid(0, 0)
+    with contextlib.suppress(OSError):  # Linux only
+        Path("/proc/self/comm").write_text(f"minisgl-{name}"[:15])
     target(*args)
 
 
@@ -87,7 +92,8 @@ class Workers:
             raise
 
     def _start(self, context, name: str, target, args: tuple) -> None:
-        process = context.Process(target=_in_own_group, args=(target, *args), name=f"minisgl-{name}", daemon=True)
+        process = context.Process(target=_in_own_group, args=(name, target, *args), name=f"minisgl-{name}",
+                                  daemon=True)
         process.start()
         self.processes[name] = process
 

@@ -35,24 +35,37 @@ class TokenizerWorker:
         self.tokenize_manager = TokenizeManager(tokenizer, max_prompt_len=max_seq_len - 1, vocab_size=vocab_size)
         self.detokenize_manager = DetokenizeManager(tokenizer)
         self.usage: dict[int, list[int]] = {}  # uid -> [prompt tokens, completion tokens], while it streams
+        self.intervals: dict[int, int] = {}  # uid -> its stream interval (TokenizeMsg.stream_interval), while it streams
+        self.held: dict[int, str] = {}  # uid -> text not sent yet, waiting for the next reply of its interval
         self.to_backend: list[BaseBackendMsg] = []
         self.to_frontend: list[BaseFrontendMsg] = []
 
     def handle(self, msgs: Iterable[BaseTokenizerMsg]) -> None:
+        """Act on each message in order. A message this process does not handle is reported, and the others go on.
+        The tokens of a step are detokenized together: the windows they decode are decoded ahead in one batch."""
+        msgs = list(msgs)
+        self.detokenize_manager.prefetch([(m.uid, m.next_token) for m in msgs if isinstance(m, DetokenizeMsg)])
         for msg in msgs:
-            if isinstance(msg, TokenizeMsg):
-                self.tokenize(msg)
-            elif isinstance(msg, DetokenizeMsg):
-                self.detokenize(msg)
-            elif isinstance(msg, AbortMsg):
-                self.abort(msg.uid)
-            elif isinstance(msg, ErrorMsg):  # the scheduler refused it: the stream never starts
-                self._drop(msg.uid)
-                self.to_frontend.append(ErrorReply(msg.uid, msg.message))
-            elif isinstance(msg, StatusMsg):
-                self.to_frontend.append(StatusReply(msg.uid, msg.status))
-            else:
-                raise MessageError(f"the tokenizer process does not handle {type(msg).__name__}")
+            try:
+                self._handle(msg)
+            except MessageError as e:
+                print(f"tokenizer: {e}", file=sys.stderr)
+
+    def _handle(self, msg: BaseTokenizerMsg) -> None:
+        if isinstance(msg, TokenizeMsg):
+            self.tokenize(msg)
+        elif isinstance(msg, DetokenizeMsg):
+            self.detokenize(msg)
+        elif isinstance(msg, AbortMsg):
+            self.abort(msg.uid)
+        elif isinstance(msg, ErrorMsg):  # the scheduler refused it: the stream never starts
+            self._drop(msg.uid)
+            self.held.pop(msg.uid, None)
+            self.to_frontend.append(ErrorReply(msg.uid, msg.message))
+        elif isinstance(msg, StatusMsg):
+            self.to_frontend.append(StatusReply(msg.uid, msg.status))
+        else:
+            raise MessageError(f"the tokenizer process does not handle {type(msg).__name__}")
 
     def tokenize(self, msg: TokenizeMsg) -> None:
         """A new request: its prompt becomes token ids for the scheduler, and its stream is opened for the replies.
@@ -60,9 +73,9 @@ class TokenizerWorker:
         # TODO(ch14): tokenize msg.text (a ValueError becomes ErrorReply(uid, message) to the front end); with
         #   msg.auto_max_tokens, set max_tokens to all the room left in max_seq_len (max_seq_len - prompt length;
         #   in place on msg.sampling_params or on a copy: the message is this process's own); open the request's
-        #   stream (open_stream, with its stop strings and stop token ids), and send a UserMsg (ids as an int32
-        #   tensor) to the scheduler. A uid that already has a stream is the sender's bug, not a bad prompt:
-        #   open_stream's ValueError goes up uncaught (the front end never reuses a uid).
+        #   stream (open_stream, with its stop strings, stop token ids and stream interval), and send a UserMsg
+        #   (ids as an int32 tensor) to the scheduler. A uid that already has a stream is the sender's bug, not a
+        #   bad prompt: open_stream's ValueError goes up uncaught (the front end never reuses a uid).
         # >>> solution
         try:
             ids = self.tokenize_manager.tokenize(msg.text)
@@ -72,22 +85,42 @@ class TokenizerWorker:
         params = msg.sampling_params
         if msg.auto_max_tokens:
             params.max_tokens = self.max_seq_len - len(ids)
-        self.open_stream(msg.uid, len(ids), msg.stop, msg.stop_token_ids)
+        self.open_stream(msg.uid, len(ids), msg.stop, msg.stop_token_ids, msg.stream_interval)
         self.to_backend.append(UserMsg(msg.uid, torch.tensor(ids, dtype=torch.int32), params))
         # <<< solution
 
-    def open_stream(self, uid: int, prompt_tokens: int, stop: list[str] = (), stop_token_ids: list[int] = ()) -> None:
-        """Get ready for the request's tokens: its detokenizer (with its stops) and its usage counters."""
+    def open_stream(self, uid: int, prompt_tokens: int, stop: list[str] = (), stop_token_ids: list[int] = (),
+                    stream_interval: int = 1) -> None:
+        """Get ready for the request's tokens: its detokenizer (with its stops), its usage counters and how often it
+        gets a reply."""
         self.detokenize_manager.add(uid, stop, stop_token_ids)
         self.usage[uid] = [prompt_tokens, 0]
+        if stream_interval != 1:
+            self.intervals[uid] = stream_interval
+
+    def reply(self, reply: UserReply) -> None:
+        """Send a request's new text to the front end, or hold it for the next reply. With a stream interval of n,
+        the front end gets the first token's reply (its time to first token), then one every n tokens with the text
+        of all of them, and the last; 0 sends the first and the last only (a request that is not streamed)."""
+        uid, n = reply.uid, self.intervals.get(reply.uid, 1)
+        if uid in self.held:
+            reply.incremental_output = self.held.pop(uid) + reply.incremental_output
+        count = reply.completion_tokens
+        if n == 1 or reply.finished or count <= 1 or (n > 1 and (count - 1) % n == 0):
+            self.to_frontend.append(reply)
+        else:
+            self.held[uid] = reply.incremental_output
+        if reply.finished:
+            self.intervals.pop(uid, None)
 
     def detokenize(self, msg: DetokenizeMsg) -> None:
         """One generated token: the new text goes to the front end. A stream that ended on a stop string or stop
         token while the scheduler still runs the request makes the scheduler abort it."""
         # TODO(ch14): ignore a uid without a stream (it ended already: with overlap more tokens can follow); count
         #   the token; detokenize it; if the stream ended here but the scheduler did not finish the request, send
-        #   AbortBackendMsg. Reply UserReply(uid, text, finished, reason, prompt, completion): the reason is "stop"
-        #   when a stop string or token matched, else the scheduler's. Forget the usage of an ended stream.
+        #   AbortBackendMsg. Reply (self.reply) UserReply(uid, text, finished, reason, prompt, completion): the
+        #   reason is "stop" when a stop string or token matched, else the scheduler's. Forget the usage of an ended
+        #   stream.
         # >>> solution
         if msg.uid not in self.detokenize_manager.streams:
             return
@@ -100,14 +133,14 @@ class TokenizerWorker:
             if not msg.finished:
                 self.to_backend.append(AbortBackendMsg(msg.uid))
             del self.usage[msg.uid]
-        self.to_frontend.append(UserReply(msg.uid, result.text, result.finished, reason, *usage))
+        self.reply(UserReply(msg.uid, result.text, result.finished, reason, *usage))
         # <<< solution
 
     def abort(self, uid: int) -> None:
         """The client is gone or asked to stop: the scheduler drops the request and the front end gets the last
         text with finish_reason "abort". A request that already ended is left alone."""
         # TODO(ch14): if the request still streams, close its stream (keep the text it held back), tell the
-        #   scheduler with AbortBackendMsg, and reply UserReply(..., finished=True, "abort", usage).
+        #   scheduler with AbortBackendMsg, and reply (self.reply) UserReply(..., finished=True, "abort", usage).
         # >>> solution
         stream = self.detokenize_manager.streams.get(uid)
         if stream is None:
@@ -115,11 +148,13 @@ class TokenizerWorker:
         text = stream.finish()
         usage = self._drop(uid)
         self.to_backend.append(AbortBackendMsg(uid))
-        self.to_frontend.append(UserReply(uid, text, True, "abort", *usage))
+        self.reply(UserReply(uid, text, True, "abort", *usage))
         # <<< solution
 
     def _drop(self, uid: int) -> list[int]:
+        """Forget an open stream; its held text, if any, is left for the reply that ends it (self.reply)."""
         self.detokenize_manager.streams.pop(uid, None)
+        self.intervals.pop(uid, None)
         return self.usage.pop(uid, [0, 0])
 
     def take_outputs(self) -> tuple[list[BaseBackendMsg], list[BaseFrontendMsg]]:
@@ -147,11 +182,7 @@ def tokenize_worker(model_path: str, max_seq_len: int, vocab_size: int, addr: st
             msgs = []
             while (msg := _get(recv, timeout=0.5 if not msgs else 0)) is not None:
                 msgs.extend(unwrap(msg))
-            for msg in msgs:
-                try:
-                    worker.handle([msg])
-                except MessageError as e:  # a message this process cannot act on: reported, the others go on
-                    print(f"tokenizer: {e}", file=sys.stderr)
+            worker.handle(msgs)
             to_backend, to_frontend = worker.take_outputs()
             if to_backend:
                 send_backend.put(batched(to_backend, BatchBackendMsg))
