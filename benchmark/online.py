@@ -291,12 +291,14 @@ def wait_healthy(url: str, timeout: float) -> None:
 
 
 @contextmanager
-def local_server(model: Path, server_args: list[str], timeout: float, info: dict) -> Iterator[str]:
+def local_server(model: Path, server_args: list[str], timeout: float, info: dict,
+                 profile_dir: Path | None = None) -> Iterator[str]:
     """`python -m minisgl.server` on a free port (chapter 15's LocalServer); yields its URL. On the way out, Ctrl-C
     included, it is stopped with SIGINT and whatever is left is killed; info records its pids, exit code and the
     processes it left behind."""
     print(f"== starting minisgl.server --model {model} {shlex.join(server_args)}", flush=True)
-    server = LocalServer(model, *server_args, start_timeout=timeout)
+    env = None if profile_dir is None else os.environ | {"MINISGL_PROFILE_DIR": str(profile_dir.resolve())}
+    server = LocalServer(model, *server_args, start_timeout=timeout, env=env)
     info.update(pid=server.proc.pid, pids=[server.proc.pid, *(p.pid for p in server.children)],
                 command=server.command[1:])
     try:
@@ -312,7 +314,8 @@ def target(args: argparse.Namespace, info: dict) -> Iterator[str]:
         wait_healthy(args.url.rstrip("/"), 30)
         yield args.url.rstrip("/")
     else:
-        with local_server(args.model, shlex.split(args.server_args), args.startup_timeout, info) as url:
+        with local_server(args.model, shlex.split(args.server_args), args.startup_timeout, info,
+                          args.profile_dir) as url:
             yield url
 
 
@@ -413,7 +416,7 @@ def run_aiperf(args: argparse.Namespace, url: str, model: str, client: Client, s
     """AIPerf at every rate, the same request bodies (benchmark/aiperf.py); a failure is recorded, not raised."""
     from benchmark import aiperf
 
-    tokenizer = str(args.model) if args.model is not None else model
+    tokenizer = str(args.model.resolve()) if args.model is not None else model  # a path, not a hub name
     out = []
     for rate in args.rates:
         label = rate_label(rate)
@@ -430,6 +433,21 @@ def run_aiperf(args: argparse.Namespace, url: str, model: str, client: Client, s
               f"TTFT {ms(summary['ttft_s'], 'p50')}/{ms(summary['ttft_s'], 'p99')}, "
               f"TPOT {ms(summary['tpot_s'], 'p50')}/{ms(summary['tpot_s'], 'p99')}", flush=True)
     return out
+
+
+def print_profiles(folder: Path, top: int = 12) -> None:
+    """Each process's top functions by own time (tottime), printed and written beside its .prof."""
+    import io
+    import pstats
+
+    for prof in sorted(folder.glob("*.prof")):
+        out = io.StringIO()
+        stats = pstats.Stats(str(prof), stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        text = out.getvalue()
+        prof.with_suffix(".txt").write_text(text)
+        body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+        print(f"== profile of {prof.stem} ({stats.total_tt:.1f} s profiled)\n{body.rstrip()}", flush=True)
 
 
 # ----------------------------------------------------------------------------------------------- summary, targets
@@ -528,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--loadgen", choices=["aiperf"], default=None, help="after our client, run this external load "
                     "generator with the same requests at every rate (benchmark/aiperf.py)")
     ap.add_argument("--aiperf", default="aiperf", help="the command that runs AIPerf (default: aiperf)")
+    ap.add_argument("--profile-dir", type=Path, default=None, help="with --model: every process of the server runs "
+                    "under cProfile (slower: not a run to quote) and this folder gets each one's .prof and its top "
+                    "functions by own time as text")
     ap.add_argument("--out", type=Path, required=True, help="JSON file the results are written to")
     ap.add_argument("--png", type=Path, default=None, help="plot of the percentiles and throughputs per rate")
     return ap
@@ -610,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"results written: {args.out}")
     if args.png:
         print(f"plot written: {plot(result, args.png)}")
+    if args.profile_dir is not None:
+        print_profiles(args.profile_dir)
     if server.get("left_behind"):
         print("error: the server left processes behind (killed)", file=sys.stderr)
         return 1

@@ -670,7 +670,8 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
     out, png = tmp_path / "online.json", tmp_path / "online.png"
     w = ONLINE_WORKLOAD
     code = online.main(["--model", str(tiny_qwen3), "--server-args", ONLINE_SERVER, "--rates", "8,inf",
-                        "--offline-runs", "1", "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
+                        "--offline-runs", "1", "--profile-dir", str(tmp_path / "prof"),
+                        "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
                         "--max-input-len", str(w["max_input_len"]), "--max-output-len", str(w["max_output_len"]),
                         "--out", str(out), "--png", str(png)])
     result = json.loads(out.read_text())
@@ -718,6 +719,17 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
         split = online.summarize_run(metered, slo_ttft=median, slo_tpot=None)
         good = sum(a <= median for a in ttft)
         assert split["good_requests"] == good and math.isclose(split["goodput"], good / duration), split
+    # A profile of every process of the server, each written when its process ended.
+    profiles = sorted(p.name for p in (tmp_path / "prof").glob("*.prof"))
+    assert profiles == ["front-end.prof", "scheduler.prof", "tokenizer.prof"], profiles
+    import pstats
+
+    def functions(name: str) -> set[str]:
+        return {fn for _, _, fn in pstats.Stats(str(tmp_path / "prof" / f"{name}.prof")).stats}
+
+    assert "forward" in functions("scheduler") and "forward" not in functions("tokenizer"), \
+        "the model runs in the scheduler's process, and only there"
+    assert (tmp_path / "prof" / "scheduler.txt").read_text().count("\n") > 12, "its top functions as text"
     # The offline row: the same requests through the engine itself, every token of them.
     (offline,) = result["offline"]
     tokens = sum(n for _, n in workload)

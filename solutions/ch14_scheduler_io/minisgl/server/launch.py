@@ -26,6 +26,7 @@ from minisgl.message import BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg, E
 from minisgl.scheduler.io import run_scheduler
 from minisgl.tokenizer.server import tokenize_worker
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+from minisgl.utils.process import profiled
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ def _in_own_group(name: str, target, *args) -> None:
     os.setpgid(0, 0)
     with contextlib.suppress(OSError):  # Linux only
         Path("/proc/self/comm").write_text(f"minisgl-{name}"[:15])
-    target(*args)
+    with profiled(name):
+        target(*args)
 
 
 class WorkerError(RuntimeError):
