@@ -848,3 +848,17 @@ def test_the_scheduler_loop_never_waits_for_the_gpu_but_for_its_tokens():
     done = {uid: len(scheduler.finished.pop(uid).output_ids) for uid in range(1000, 1000 + len(prompts))}
     assert list(done.values()) == outputs, "every request ran to its max_tokens"
     scheduler.check_integrity()
+
+
+def test_the_random_models_tokenizer_streams_text_for_every_token():
+    """Without text per token the detokenizer holds every stream back and the server is measured on windows no
+    real model produces: each id past the byte symbols decodes to its own word, and any text encodes."""
+    from minisgl.benchmark.random_model import stand_in_tokenizer
+
+    tok = stand_in_tokenizer(5000)
+    assert len(tok) == 5000, len(tok)
+    words = [tok.decode([i]) for i in range(256, 5000)]
+    assert all(w.startswith(" ") and len(w) > 1 for w in words), [w for w in words if not w.startswith(" ")][:5]
+    assert len(set(words)) == len(words), "two ids decode to the same word"
+    text = "KV cache 页表 ✓"
+    assert tok.decode(tok(text)["input_ids"]) == text, "byte-level symbols: any text round-trips"
