@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import subprocess
 import time
@@ -73,7 +74,11 @@ def run(aiperf: str, url: str, model: str, tokenizer: str, bodies: list[dict], r
     inputs = write_inputs(bodies, out_dir / "inputs.json")
     cmd = command(aiperf, url, model, tokenizer, inputs, len(bodies), rate, out_dir, api_key, seed)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    # AIPerf's offline mode looks a tokenizer up in the hub's cache by name, even a folder's path: for a folder,
+    # leave it off (a hub it cannot reach is then only asked about aliases, and the folder is read).
+    offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    env = {k: v for k, v in os.environ.items() if not (Path(tokenizer).is_dir() and k in offline)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0 or not (out_dir / "profile_export_aiperf.json").exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         raise RuntimeError(f"aiperf failed (exit code {proc.returncode}): " + " | ".join(tail))
