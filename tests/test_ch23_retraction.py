@@ -236,37 +236,71 @@ def test_the_integrity_check_accounts_for_the_pages_of_running_requests(page_siz
     assert_clean(llm)
 
 
-@pytest.mark.stubs("Scheduler._make_room", "Scheduler._retract", "NewTokenRatio.after_retraction")
-def test_make_room_retracts_until_the_step_fits_and_requeues_the_victim_at_the_front():
-    llm = LLM(model_path(NAME), max_running_reqs=4, max_seq_len=64, page_size=1, num_pages=120, overlap=False,
-              admission="optimistic", new_token_ratio=NewTokenRatio(0.5, 0.1, 4))
-    sched, cache = llm.scheduler, llm.scheduler.cache_manager
+def three_running(**kwargs):
+    """An engine with requests 0-2 decoding (4 tokens each, prompts of 10, 10 and 19 tokens; their 156 slots of
+    full need fit in the 200 of the pool) and request 9 waiting (its 55 do not fit yet). Admission is conservative:
+    the pool is emptied by hand where a test needs it to run dry."""
+    llm = LLM(model_path(NAME), max_running_reqs=4, max_seq_len=64, page_size=1, num_pages=200, overlap=False,
+              **kwargs)
+    sched = llm.scheduler
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     ps = prompts()
     for uid in range(3):
         sched.add_request(PendingReq(uid, torch.tensor(ps[uid], dtype=torch.int32), params))
-    for _ in range(5):
-        sched.step()  # prefills (a newcomer is charged its whole need: request 2 waits a step), then decode steps
+    for _ in range(4):
+        sched.step()  # a prefill batch of the three, then three decode steps
     running = list(sched.decode_manager.running)
-    assert [len(r.output_ids) for r in running] == [4, 4, 4], "prompts of 10, 10 and 19 tokens"
+    assert [len(r.output_ids) for r in running] == [4, 4, 4], "the fixture: three requests with 4 tokens each"
     sched.add_request(PendingReq(9, torch.tensor(ps[3], dtype=torch.int32), params))  # a newcomer waits
+    return llm, running
+
+
+def finish_and_check(llm) -> None:
+    sched, ps = llm.scheduler, prompts()
+    sched.run_until_idle()
+    for uid in (0, 1, 2, 9):
+        prompt = ps[3] if uid == 9 else ps[uid]
+        assert sched.finished.pop(uid).output_ids == hf_greedy(NAME, prompt, 40), f"request {uid} differs from HF"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("Scheduler._retract")
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_retracted_request_waits_at_the_front_with_its_tokens_and_its_prefix_cached(limit):
+    llm, running = three_running(max_retractions=limit)
+    sched, cache = llm.scheduler, llm.scheduler.cache_manager
+    victim = running[1]
+    free_before = cache.available_size
+    sched._retract(victim)
+    assert victim not in sched.decode_manager.running and 1 not in sched._live, "the victim left the running set"
+    waiting = list(sched.prefill_manager.pending)
+    assert [p.uid for p in waiting] == [1, 9], "the victim waits at the front, before the newcomer"
+    assert waiting[0].input_ids.tolist() == victim.input_ids.tolist() and waiting[0].prompt_len == 10, \
+        "it waits with its prompt and the 4 tokens it generated, and remembers where its prompt ends"
+    assert waiting[0].output_len == 36, "4 of its 40 tokens are generated: 36 to go"
+    handle, _ = cache.prefix_cache.match_prefix(victim.input_ids.tolist())
+    assert handle.cached_len == 13, f"its 13 computed tokens are kept in the radix cache, found {handle.cached_len}"
+    assert cache.available_size == free_before + 13, "its pages are room again (unlocked in the cache)"
+    assert sched.num_retractions == 1 and sched.retractions == {1: 1}, f"counted: {sched.retractions}"
+    assert sched.pinned == ({1} if limit == 1 else set()), \
+        f"pinned once retracted max_retractions={limit} times: {sched.pinned}"
+    sched.check_integrity()
+    finish_and_check(llm)
+    assert not sched.retractions and not sched.pinned, "nothing is kept of a request once it finished"
+
+
+@pytest.mark.stubs("Scheduler._make_room", "NewTokenRatio.after_retraction")
+def test_make_room_retracts_until_the_step_fits_and_keeps_the_last_row():
+    llm, running = three_running(new_token_ratio=NewTokenRatio(0.5, 0.1, 4))
+    sched, cache = llm.scheduler, llm.scheduler.cache_manager
     batch = sched.decode_manager.schedule_next_batch()
     hog = cache._allocate(len(cache._free_pages) - 1)  # all but one free page taken elsewhere; nothing evictable
     assert cache.available_size == 1
     kept = sched._make_room(batch)
-    victim = running[2]  # the least advanced are all three (4 tokens); the longest prompt is request 2's
     assert kept is not None and kept.reqs == running[:2], \
-        f"3 slots needed, 1 free: one retraction frees enough (request 2's 22), kept {kept and kept.reqs}"
-    assert sched.num_retractions == 1 and sched.retractions == {2: 1} and sched.pinned == {2}, \
-        f"one retraction counted and, with max_retractions 1, request 2 pinned: {sched.retractions} {sched.pinned}"
-    assert victim not in sched.decode_manager.running and 2 not in sched._live, "the victim left the running set"
-    waiting = list(sched.prefill_manager.pending)
-    assert [p.uid for p in waiting] == [2, 9], "the victim waits at the front, before the newcomer"
-    assert waiting[0].input_ids.tolist() == victim.input_ids.tolist() and waiting[0].prompt_len == 19, \
-        "it waits with its prompt and the 4 tokens it generated, and remembers where its prompt ends"
-    assert waiting[0].output_len == 36, "4 of its 40 tokens are generated: 36 to go"
-    handle, _ = cache.prefix_cache.match_prefix(victim.input_ids.tolist())
-    assert handle.cached_len == 22, f"its 22 computed tokens are kept in the radix cache, found {handle.cached_len}"
+        f"3 slots needed, 1 free: one retraction frees enough, kept {kept and [r.uid for r in kept.reqs]}"
+    assert sched.num_retractions == 1 and [p.uid for p in sched.prefill_manager.pending] == [2, 9], \
+        "the victim (the least advanced: all have 4 tokens; then the longest prompt: request 2) was retracted"
     assert sched.new_token_ratio.current == pytest.approx((8 + 40) / 81), \
         f"after the retraction: (8 generated + 2 x 20) / (80 + 1), got {sched.new_token_ratio.current}"
 
@@ -285,12 +319,7 @@ def test_make_room_retracts_until_the_step_fits_and_requeues_the_victim_at_the_f
     single = Batch([kept.reqs[0]], "decode")
     assert sched._make_room(single).reqs == single.reqs and sched.num_retractions == 1, "the last row stays"
     cache.free(cache._page_slots(rest + hog))
-    sched.run_until_idle()
-    for uid in (0, 1, 2, 9):
-        out = sched.finished.pop(uid).output_ids
-        prompt = ps[3] if uid == 9 else ps[uid]
-        assert out == hf_greedy(NAME, prompt, 40), f"request {uid} differs from HF greedy"
-    assert_clean(llm)
+    finish_and_check(llm)
 
 
 # ------------------------------------------------------------------------------------------- the whole loop
@@ -380,8 +409,7 @@ def test_no_request_is_retracted_more_than_max_retractions_times(limit, victims)
     admitted again after a retraction is again the last admitted, and is retracted again. Once retracted
     max_retractions times it is pinned (never chosen again); when every running request is pinned, nobody is."""
     llm = LLM(model_path(NAME), max_running_reqs=2, max_seq_len=64, page_size=1, num_pages=120, overlap=False,
-              admission="optimistic", new_token_ratio=Bold(0.5, 0.5, 1), retraction_policy="last",
-              max_retractions=limit)
+              retraction_policy="last", max_retractions=limit)  # conservative: the pool is emptied by hand
     sched, cache = llm.scheduler, llm.scheduler.cache_manager
     ps = prompts()
     for uid in (0, 1):
