@@ -169,8 +169,10 @@ def test_running_requests_reserve_a_share_of_what_they_may_still_write():
     assert manager.reserved_slots(0.5, pinned={0}) == 20, "a pinned request keeps its whole reservation"
     assert manager.reserved_slots(0.5, pinned={7}) == 10
     manager.running = [make_req(0, 10, 11, 21)]  # 11 of 21 generated: 10 positions left
-    assert manager.reserved_slots(0.7) == 7, "0.7 x 10 is 7 (not the 8 of a float rounded up carelessly)"
     assert manager.reserved_slots(0.5) == 5, "the share is of what it may still write, not of max_tokens"
+    manager.running = [make_req(0, 10, 1, 21)]
+    assert manager.reserved_slots(0.1 + 0.2) == 6, \
+        "a ratio of 0.3 from float arithmetic (0.30000000000000004) x 20 positions is 6, not 7"
     done = make_req(1, 10, 21, 21)  # its last token is in flight: nothing more to write
     manager.running = [done]
     assert manager.reserved_slots(0.5) == 0 and manager.reserved_slots() == 0
@@ -317,7 +319,8 @@ def test_make_room_retracts_until_the_step_fits_and_keeps_the_last_row():
     # One row left and no room at all: it is never retracted (it would only be admitted again into the same room).
     rest = cache._allocate(cache.available_size)
     single = Batch([kept.reqs[0]], "decode")
-    assert sched._make_room(single).reqs == single.reqs and sched.num_retractions == 1, "the last row stays"
+    result = sched._make_room(single)
+    assert result is not None and result.reqs == single.reqs and sched.num_retractions == 1, "the last row stays"
     cache.free(cache._page_slots(rest + hog))
     finish_and_check(llm)
 
@@ -439,32 +442,43 @@ def test_no_request_is_retracted_more_than_max_retractions_times(limit, victims)
 
 @pytest.mark.stubs(*RUN_STUBS)
 def test_mixed_batches_with_a_chunked_prompt_and_optimistic_admission():
-    """A long prompt arrives in chunks while the others decode in the same batches: the chunk's pages count when
-    the scheduler makes room, so no step runs out of pages."""
+    """A long prompt arrives and runs in chunks of 2 tokens (a budget of 5, 3 decode rows) while three requests
+    decode in the same batches, growing past their estimates: the pool runs dry while the prompt is part-way
+    through. Its pages count when the scheduler makes room, and it keeps its place at the front of the queue."""
     tok = tokenizer(NAME)
-    long = tok.encode(" ".join(TEXTS))
-    llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=96, page_size=1, num_pages=150, overlap=False,
-              max_extend_tokens=12, enable_mixed_chunk=True, admission="optimistic",
+    long = tok.encode(" ".join(TEXTS))  # 56 tokens
+    llm = LLM(model_path(NAME), max_running_reqs=4, max_seq_len=96, page_size=1, num_pages=125, overlap=False,
+              max_extend_tokens=5, enable_mixed_chunk=True, admission="optimistic",
               new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
     sched = llm.scheduler
-    ps = prompts()[:6]
-    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    ps = prompts()[:3]
     for uid, prompt in enumerate(ps):
-        sched.add_request(PendingReq(uid, torch.tensor(prompt, dtype=torch.int32), params))
-    chunks, retracted = [], []
+        sched.add_request(PendingReq(uid, torch.tensor(prompt, dtype=torch.int32),
+                                     SamplingParams(max_tokens=40, ignore_eos=True)))
+    chunks, during = [], []
+
+    def on_retract(req: Req) -> None:
+        sched.check_integrity()
+        pending = list(sched.prefill_manager.pending)
+        chunked = [i for i, p in enumerate(pending) if p.chunked_req is not None]
+        if chunked:
+            during.append(req.uid)
+            assert chunked == [0] and pending[1].uid == req.uid, \
+                "the prompt part-way through its chunks stays first; the victim waits right behind it"
+
     sched.on_batch = lambda b: chunks.extend(r.uid for r in b.prefill_reqs if isinstance(r, ChunkedReq))
-    sched.on_retract = lambda req: (retracted.append(req.uid), sched.check_integrity())
+    sched.on_retract = on_retract
 
     def arrive() -> None:
-        if len(sched.history) == 6:
-            sched.add_request(PendingReq(6, torch.tensor(long, dtype=torch.int32),
+        if len(sched.history) == 2:
+            sched.add_request(PendingReq(3, torch.tensor(long, dtype=torch.int32),
                                          SamplingParams(max_tokens=8, ignore_eos=True)))
 
     sched.run_until_idle(arrive)
-    assert chunks.count(6) >= 3, "the long prompt ran in chunks"
-    assert retracted, "the fixture must retract"
+    assert chunks.count(3) >= 10, "the long prompt ran in chunks"
+    assert during, "the fixture must retract while the long prompt is part-way through its chunks"
     for uid, prompt in enumerate(ps + [long]):
-        n = 8 if uid == 6 else MAX_TOKENS
+        n = 8 if uid == 3 else 40
         assert sched.finished.pop(uid).output_ids == hf_greedy(NAME, prompt, n), f"request {uid} differs from HF"
     assert_clean(llm)
 
