@@ -111,7 +111,12 @@ test-gpu:  ## the GPU tests (markers gpu, anydevice) on the final reference tree
 		--ignore=tests/test_ch12_messages.py --ignore=tests/test_ch14_scheduler_io.py --ignore=tests/test_ch15_server.py \
 		-p no:cacheprovider -v  # ch12, ch14, ch15: no GPU tests, and pyzmq/msgpack/fastapi may be missing there
 
-# Chapter 22's benchmark (GPU): every system runs in a process of its own, appending to BENCH_OUT.
+# Chapter 22's benchmark (GPU): every system runs in a process of its own, appending to BENCH_OUT; each process
+# builds its system, throws a whole warm-up run of the workload away and times three more (BENCH_ARGS="--runs 5
+# --warmup-runs 1" changes that). The harness lives in benchmark/, beside the package (minisgl/benchmark/ holds
+# what chapter 22 teaches: workload, metrics, roofline, the driver of our engine).
+# One session per `make bench`: a target against a peer is judged only between records of the same session.
+# Set BENCH_SESSION yourself to make several `make bench` calls on one machine count as one run.
 BENCH_DIR   ?= build/bench
 BENCH_OUT   ?= $(BENCH_DIR)/results.json
 # The random model stays under build/bench even when BENCH_DIR sends the results elsewhere (it is 1.2 GB).
@@ -119,26 +124,28 @@ BENCH_MODEL ?= build/bench/qwen3-0.6b-random
 SYSTEMS     ?= micro ours ours-fa ours-no-graphs ours-no-overlap ours-no-fused ours-no-splitk ours-triton ours-torch hf-static hf-cb nano-vllm
 # nano-vllm runs from a checkout you point to (NANO_VLLM=path/to/nano-vllm); without one its row says skipped.
 NANO_VLLM   ?=
+BENCH_SESSION ?=
 PROFILE_DIR ?= build/profile
 BENCH_ARGS  ?=
 FINAL_TREE   = $(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol
 
 bench:  ## (GPU) chapter 22's benchmark, then its table and plot (SYSTEMS="ours hf-static" picks; BENCH_ARGS more options)
-	@tree="$$($(FINAL_TREE))"; status=0; \
+	@tree="$$($(FINAL_TREE))"; status=0; session="$(BENCH_SESSION)"; \
+	[ -n "$$session" ] || session="$$(date -u +%Y%m%dT%H%M%SZ)-$$$$"; echo "== session $$session"; \
 	for s in $(SYSTEMS); do \
 		echo "== $$s"; \
-		NANO_VLLM="$(NANO_VLLM)" PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.bench --systems $$s \
-			--model $(BENCH_MODEL) --out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
+		NANO_VLLM="$(NANO_VLLM)" MINISGL_BENCH_SESSION="$$session" PYTHONPATH="$$tree:.:$$PYTHONPATH" \
+			$(PY) -m benchmark.bench --systems $$s --model $(BENCH_MODEL) --out $(BENCH_OUT) $(BENCH_ARGS) || status=1; \
 	done; \
 	$(MAKE) --no-print-directory bench-report; exit $$status
 
 bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several files merge: BENCH_OUT="a.json b.json")
-	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.report $(BENCH_OUT) \
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.report $(BENCH_OUT) \
 		--png $(BENCH_DIR)/bench.png --md $(BENCH_DIR)/table.md
 
 # Chapter 22's online benchmark: a server started on the model, loaded at several request rates by a streaming
 # client. On a CPU: SmolLM2, a few short requests; on a GPU: the random Qwen3-0.6B-shaped model, more and longer
-# ones. BENCH_SERVE_ARGS come last and override any of these (python -m minisgl.benchmark.online --help).
+# ones. BENCH_SERVE_ARGS come last and override any of these (python -m benchmark.online --help).
 BENCH_SERVE_ARGS ?=
 BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --min-len 8 --max-input-len 64 \
 	--max-output-len 16 --slo-ttft 2 --slo-tpot 0.5 \
@@ -151,17 +158,17 @@ bench-serve:  ## chapter 22's online benchmark (server + streaming client at sev
 	@tree="$$($(FINAL_TREE))"; export PYTHONPATH="$$tree:.:$$PYTHONPATH"; \
 	if $(PY) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
 		$(PY) -c 'from minisgl.benchmark.random_model import make_model; make_model("$(BENCH_MODEL)")' && \
-		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_GPU) --out $(BENCH_DIR)/online.json \
+		$(PY) -m benchmark.online $(BENCH_SERVE_GPU) --out $(BENCH_DIR)/online.json \
 			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
 	else \
 		export MINISGL_CPU_THREADS="$${MINISGL_CPU_THREADS:-$$($(PY) -c 'from tools.course import cpu_threads; print(cpu_threads())')}"; \
 		$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")' && \
-		$(PY) -m minisgl.benchmark.online $(BENCH_SERVE_CPU) --out $(BENCH_DIR)/online.json \
+		$(PY) -m benchmark.online $(BENCH_SERVE_CPU) --out $(BENCH_DIR)/online.json \
 			--png $(BENCH_DIR)/online.png $(BENCH_SERVE_ARGS); \
 	fi
 
 profile:  ## (GPU) chapter 22's profile: kernel tables of a decode and a prefill step, the workload's timeline (PROFILE_DIR)
-	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m minisgl.benchmark.profile \
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.profile \
 		--model $(BENCH_MODEL) --out $(PROFILE_DIR)
 
 clean:  ## remove build outputs (keeps models/)

@@ -157,3 +157,24 @@ def hf_greedy_cuda(name: str, ids: list[int], n: int, dtype: torch.dtype) -> tup
 # so two bf16 runs can differ by about twice that: bf16 tokens are compared up to HF's first step with a smaller
 # gap (after it the sequences may legitimately part), and the fixtures must leave enough such steps.
 BF16_MARGIN = 2.0
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, bound: float, what: str, row: str = "row",
+                 first_row: int = 0) -> None:
+    """Assert that got is want within a relative error (of the whole tensor, in float64) below `bound`. A failure
+    says what was compared, the error, and where it is worst: which row (dimension 0, numbered from first_row) and
+    one element there, got against expected, instead of two tensors printed in full."""
+    if tuple(got.shape) != tuple(want.shape):
+        raise AssertionError(f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+    g, w = got.detach().double().cpu(), want.detach().double().cpu()
+    err = float((g - w).norm() / w.norm())
+    if err < bound:
+        return
+    g, w = g.reshape(max(g.shape[0], 1) if g.dim() else 1, -1), w.reshape(max(w.shape[0], 1) if w.dim() else 1, -1)
+    per_row = ((g - w).norm(dim=1) / w.norm(dim=1).clamp_min(1e-300)).nan_to_num(float("inf"))
+    i = int(per_row.argmax())
+    j = int((g[i] - w[i]).abs().nan_to_num(float("inf")).argmax())
+    where = (f"worst {row} {first_row + i} of {g.shape[0]}: relative error {float(per_row[i]):.2e}, "
+             if g.shape[0] > 1 else "")
+    raise AssertionError(f"{what}: relative error {err:.2e}, the bound is {bound:.0e}; {where}element {j} is "
+                         f"{float(g[i, j]):.6g}, expected {float(w[i, j]):.6g}")

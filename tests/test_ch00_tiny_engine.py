@@ -35,8 +35,8 @@ def test_rms_norm_matches_float64_formula():
     out = rms_norm(x, weight, 1e-6)
     x64 = x.double()
     ref = weight.double() * x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
-    assert out.shape == x.shape and out.dtype == torch.float32
-    assert rel_err(out, ref) < 1e-6
+    assert out.shape == x.shape and out.dtype == torch.float32, f"shape {tuple(out.shape)}, dtype {out.dtype}"
+    assert rel_err(out, ref) < 1e-6, f"relative error {rel_err(out, ref):.2e} against the float64 formula"
 
 
 @pytest.mark.stubs("rms_norm")
@@ -68,8 +68,12 @@ def test_rope_matches_float64_formula():
     positions = torch.tensor([0, 1, 2, 5, 17, 100, 511])
     inv_freq = rope_inv_freq(32, {"rope_type": "default", "rope_theta": 10000.0})
     out = rope(x, positions, inv_freq)
-    assert out.shape == x.shape and out.dtype == x.dtype
-    assert torch.allclose(out.double(), rope_float64(x, positions, inv_freq), atol=1e-5)
+    assert out.shape == x.shape and out.dtype == x.dtype, f"shape {tuple(out.shape)}, dtype {out.dtype}"
+    ref = rope_float64(x, positions, inv_freq)
+    worst = (out.double() - ref).abs().amax(dim=(1, 2))  # per position
+    assert torch.allclose(out.double(), ref, atol=1e-5), (
+        f"rotated x differs from the float64 formula by up to {worst.max():.2e} at position "
+        f"{positions[worst.argmax()].item()} (allclose, atol 1e-5)")
     assert torch.equal(out[0], x[0]), "position 0 is not rotated"
     assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-5), "a rotation keeps the length"
 
@@ -92,7 +96,8 @@ def test_rope_scores_depend_on_relative_position_only():
 def test_llama3_inv_freq_matches_hf():
     config = json.loads((model_path("tiny-llama") / "config.json").read_text())
     ours = rope_inv_freq(config["head_dim"], engine("tiny-llama").config.rope)
-    assert torch.allclose(ours, hf_model("tiny-llama").model.rotary_emb.inv_freq.float(), rtol=1e-6)
+    hf = hf_model("tiny-llama").model.rotary_emb.inv_freq.float()
+    assert torch.allclose(ours, hf, rtol=1e-6), f"inv_freq {ours.tolist()}, HF's {hf.tolist()}"
 
 
 # ----------------------------------------------------------------------------- attention
@@ -134,7 +139,7 @@ def test_attention_never_looks_ahead():
     k2[4:], v2[4:] = 100.0, -100.0  # change the last two positions only
     after = attention(q, k2, v2)
     assert torch.allclose(before[:4], after[:4]), "a query saw a key after its own position"
-    assert not torch.allclose(before[4:], after[4:])
+    assert not torch.allclose(before[4:], after[4:]), "the last two queries must see the keys that changed"
 
 
 # ----------------------------------------------------------------------------- the engine vs Hugging Face

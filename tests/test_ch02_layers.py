@@ -153,6 +153,30 @@ def test_rope_matches_hf():
     assert rotate_half(torch.arange(4.0)).tolist() == [-2.0, -3.0, 0.0, 1.0], "rotate_half([x1 | x2]) = [-x2 | x1]"
 
 
+# The models' own bases: the tiny fixtures 1e4, SmolLM2 1e5, Llama 3 5e5 (with its scaling), Qwen3 1e6.
+@pytest.mark.stubs("apply_rotary_emb", "llama3_inv_freq")
+@pytest.mark.parametrize("base,scaling", [(1e4, None), (1e5, None), (5e5, LLAMA3), (1e6, None)])
+def test_rope_uses_its_base_like_hf(base, scaling):
+    """HF's own rotary embedding, built from a config with this rope_theta, against ours built with base=theta."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    rope_parameters = {"rope_type": "default", "rope_theta": base} if scaling is None else dict(scaling, rope_theta=base)
+    config = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=32, max_position_embeddings=512,
+                         rope_parameters=rope_parameters)
+    positions = torch.tensor([0, 1, 7, 63, 200, 511])
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(6, 4, 32, generator=g), torch.randn(6, 2, 32, generator=g)
+    cos, sin = LlamaRotaryEmbedding(config)(q, positions[None])
+    hf_q, hf_k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
+    ours_q, ours_k = RotaryEmbedding(32, 512, base, scaling)(positions, q, k)
+    for name, ours, hf in ("q", ours_q, hf_q), ("k", ours_k, hf_k):
+        for row, pos in enumerate(positions.tolist()):
+            err = rel_err(ours[row], hf[0, :, row])
+            # The same float32 operations: equal here; 1e-6 leaves room for a cos/sin a few ulps apart.
+            assert err < 1e-6, f"rope_theta={base:g}: rotated {name} at position {pos} differs from HF's by {err:.2e}"
+
+
 @pytest.mark.stubs("llama3_inv_freq")
 def test_llama3_scaling_matches_hf():
     from transformers import LlamaConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import MODEL_NAMES, hf_greedy, hf_logits, model_path, prompt_ids
+from helpers import MODEL_NAMES, assert_close, hf_greedy, hf_logits, model_path, prompt_ids
 from minisgl.core import Batch, Context, Req, SamplingParams, set_global_ctx
 from minisgl.models import ModelConfig, load_model
 from minisgl.models.register import create_model, get_model_class
@@ -51,8 +51,10 @@ def test_merge_weights_in_any_order():
     merged = dict(merge_weights(iter(stream)))
     assert sorted(merged) == ["m.layers.0.mlp.gate_up_proj.weight", "m.layers.0.self_attn.qkv_proj.weight",
                               "m.norm.weight"]
-    assert torch.equal(merged["m.layers.0.self_attn.qkv_proj.weight"], torch.cat([q, k, v]))
-    assert torch.equal(merged["m.layers.0.mlp.gate_up_proj.weight"], torch.cat([gate, up]))
+    for key, parts in (("self_attn.qkv_proj", "q 1s, k 2s, v 3s"), ("mlp.gate_up_proj", "gate 4s, up 5s")):
+        rows = merged[f"m.layers.0.{key}.weight"][:, 0].tolist()
+        want = (torch.cat([q, k, v]) if "qkv" in key else torch.cat([gate, up]))[:, 0].tolist()
+        assert rows == want, f"{key} stacks its parts by rows in order ({parts}): its rows hold {rows}, expected {want}"
 
 
 @pytest.mark.stubs("merge_weights")
@@ -71,17 +73,15 @@ def test_every_checkpoint_weight_is_used(loaded):
     assert sum(n.endswith("gate_up_proj.weight") for n in ours) == config.num_layers
     # Per layer q, k, v merge into one tensor and gate, up into one (3 fewer); a tied head owns no weight.
     dropped_head = "lm_head.weight" in checkpoint and config.tie_word_embeddings
-    assert len(ours) == len(checkpoint) - 3 * config.num_layers - dropped_head
+    want = len(checkpoint) - 3 * config.num_layers - dropped_head
+    assert len(ours) == want, f"{name}: the model has {len(ours)} weights, expected {want} from {len(checkpoint)} in the checkpoint"
 
 
 @pytest.mark.stubs(*MODEL_STUBS)
 def test_logits_match_hf(loaded):
     name, model, _ = loaded
-    for ids in prompt_ids(name, 2):
-        ours = full_forward(model, ids)
-        ref = hf_logits(name, ids)[-1]
-        err = float((ours - ref).norm() / ref.norm())
-        assert err < 1e-4, f"{name}: relative logit error {err:.2e}"
+    for i, ids in enumerate(prompt_ids(name, 2)):
+        assert_close(full_forward(model, ids), hf_logits(name, ids)[-1], 1e-4, f"{name}: prompt {i}'s last logits")
 
 
 @pytest.mark.stubs(*MODEL_STUBS)
@@ -148,7 +148,7 @@ def test_attention_block_matches_hf(name):
     ids = prompt_ids(name, 1)[0]
     x, y = capture_layer0(hf, "attn", ids)
     got = run_in_context(ids, lambda pos: ours.model.layers[0].self_attn(x, pos))
-    assert float((got - y).norm() / y.norm()) < 1e-5
+    assert_close(got, y, 1e-5, f"{name}: layer 0's attention output against HF's", row="token")
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
@@ -159,7 +159,7 @@ def test_decoder_layer_matches_hf(name):
     x, y = capture_layer0(hf, "layer", ids)
     out, residual = run_in_context(ids, lambda pos: ours.model.layers[0](x, None, pos))
     got = out + residual  # the layer leaves its final residual add to the next norm
-    assert float((got - y).norm() / y.norm()) < 1e-5
+    assert_close(got, y, 1e-5, f"{name}: layer 0's output (out + residual) against HF's", row="token")
 
 
 def test_unknown_architecture_is_refused():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import hf_greedy, model_path, prompt_ids
+from helpers import assert_close, hf_greedy, model_path, prompt_ids
 from minisgl.attention.base import BaseAttnMetadata
 from minisgl.attention.torch_backend import TorchAttnBackend
 from minisgl.attention.base import make_metadata
@@ -29,25 +29,30 @@ def req(prompt_len: int, cached: int = 0, row: int = 0, generated: int = 0) -> R
 @pytest.mark.stubs("make_positions")
 def test_positions_start_at_the_cached_length():
     batch = Batch([req(4), req(6, cached=3, row=1), req(2, row=2)], "prefill")
-    assert make_positions(batch, "cpu").tolist() == [0, 1, 2, 3, 3, 4, 5, 0, 1]
+    got = make_positions(batch, "cpu").tolist()
+    assert got == [0, 1, 2, 3, 3, 4, 5, 0, 1], f"prompts of 4, 6 (3 cached) and 2 tokens: positions {got}"
 
 
 @pytest.mark.stubs("gather_rows")
 def test_gather_rows_reads_each_extend_range():
     table = torch.arange(3 * 10).view(3, 10)
     batch = Batch([req(4, cached=1, row=0), req(3, row=2)], "prefill")
-    assert gather_rows(table, batch).tolist() == [1, 2, 3, 20, 21, 22]
+    got = gather_rows(table, batch).tolist()
+    assert got == [1, 2, 3, 20, 21, 22], f"row 0 positions 1-3, then row 2 positions 0-2: got {got}"
 
 
 @pytest.mark.stubs("make_metadata")
 def test_metadata_offsets():
     batch = Batch([req(4), req(6, cached=3, row=1), req(2, row=2)], "prefill")
     meta = make_metadata(batch, "cpu")
-    assert meta.cu_seqlens_q.tolist() == [0, 4, 7, 9]
-    assert meta.cu_seqlens_k.tolist() == [0, 4, 10, 12]
-    assert meta.seq_lens.tolist() == [4, 6, 2] and meta.cached_lens.tolist() == [0, 3, 0]
-    assert (meta.max_seqlen_q, meta.max_seqlen_k) == (4, 6)
-    assert meta.last_indices().tolist() == [3, 6, 8]
+    got = {name: getattr(meta, name).tolist() for name in ("cu_seqlens_q", "cu_seqlens_k", "seq_lens", "cached_lens")}
+    want = {"cu_seqlens_q": [0, 4, 7, 9], "cu_seqlens_k": [0, 4, 10, 12], "seq_lens": [4, 6, 2], "cached_lens": [0, 3, 0]}
+    for name in want:
+        assert got[name] == want[name], f"{name}: {got[name]}, expected {want[name]} (prompts of 4, 6 with 3 cached, 2)"
+    for name in ("seq_lens", "cached_lens"):
+        assert getattr(meta, name).dtype == torch.int32, f"{name} is {getattr(meta, name).dtype}, expected torch.int32"
+    assert (meta.max_seqlen_q, meta.max_seqlen_k) == (4, 6), f"max lengths {(meta.max_seqlen_q, meta.max_seqlen_k)}"
+    assert meta.last_indices().tolist() == [3, 6, 8], f"each request's last query row: {meta.last_indices().tolist()}"
 
 
 def dense_reference(q, k, v, cached: int) -> torch.Tensor:
@@ -102,11 +107,11 @@ def test_extend_attention_with_cached_prefix_matches_float64():
     meta = hand_metadata(lengths, cached, [r.table_idx for r in reqs])
     out = backend.forward_extend(q, cache.k_cache(0), cache.v_cache(0), meta, q.shape[-1] ** -0.5)
     start = 0
-    for k, v, n, c in zip(full_k, full_v, lengths, cached):
+    for i, (k, v, n, c) in enumerate(zip(full_k, full_v, lengths, cached)):
         ref = dense_reference(q[start : start + n - c], k, v, c)
         got = out[start : start + n - c]
         start += n - c
-        assert float((got.double() - ref).norm() / ref.norm()) < 1e-5
+        assert_close(got, ref, 1e-5, f"request {i} ({n} tokens, {c} cached)", row="position", first_row=c)
 
 
 @pytest.mark.stubs("TorchAttnBackend.forward_decode")
@@ -121,7 +126,7 @@ def test_decode_attention_matches_float64():
     out = backend.forward_decode(q, cache.k_cache(0), cache.v_cache(0), meta, q.shape[-1] ** -0.5)
     for i, (k, v, c) in enumerate(zip(full_k, full_v, cached)):
         ref = dense_reference(q[i : i + 1], k, v, c)
-        assert float((out[i : i + 1].double() - ref).norm() / ref.norm()) < 1e-5
+        assert_close(out[i], ref[0], 1e-5, f"request {i} ({c + 1} tokens) decoding", row="head")
 
 
 class PagedRunner:
@@ -186,8 +191,9 @@ def test_prefix_already_in_cache_is_reused():
     runner.forward([donor], "prefill")
     second = first + prompt_ids(name, 2)[1][:5]
     reader = runner.add(second, n, cached=len(first), copy_from=donor)
-    assert reader.extend_len == 5
+    assert reader.extend_len == 5, f"only the 5 new tokens are computed, not {reader.extend_len}"
     runner.forward([reader], "prefill")
     while reader.can_decode:
         runner.forward([reader], "decode")
-    assert reader.output_ids == hf_greedy(name, second, n)
+    want = hf_greedy(name, second, n)
+    assert reader.output_ids == want, f"the request reading the cached prefix: got {reader.output_ids}, HF {want}"

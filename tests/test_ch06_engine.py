@@ -133,9 +133,23 @@ def test_top_p_exactly_at_a_running_sum(top_p, count):
     assert got == count, f"top_p={top_p} over four tokens of 1/4: kept {got}, the nucleus has {count}"
 
 
+# Both filters read the same (tempered) distribution, as SGLang's samplers do (flashinfer's "joint" order, and its
+# torch fallback's one cumulative sum). Hugging Face applies its warpers one after another instead: its top-p
+# sums the softmax of what top-k left. The two differ only where both filters bind, as here: top-k 2 leaves 0.5
+# and 0.3; the mass before 0.3 is 0.5 < 0.55 of the whole distribution (kept), but 0.625 >= 0.55 of the
+# renormalised pair (HF drops it).
+@pytest.mark.stubs("top_k_top_p_filter")
+def test_top_k_and_top_p_read_the_same_distribution():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    got = kept(logits, [2], [0.55])
+    assert got == [[True, True, False, False]], (
+        f"top_k=2, top_p=0.55 over 0.5/0.3/0.15/0.05 kept {got[0]}: top-p must measure the mass before a token in "
+        "the distribution top-k was given (0.5 < 0.55: two tokens), not in the renormalised top-k (HF's order: one)")
+
+
 def nucleus_float64(probs: list[float], temperature: float, top_k: int, top_p: float) -> list[float]:
-    """The distribution to sample from, by the definition: temperature first, then top-k and top-p on the
-    tempered probabilities, then renormalise (Hugging Face's and SGLang's order)."""
+    """The distribution to sample from, by the definition: temperature first, then top-k and top-p both on the
+    tempered probabilities (SGLang's order, see above), then renormalise."""
     tempered = torch.tensor(probs, dtype=torch.float64).log().div(temperature).softmax(-1)
     order = tempered.argsort(descending=True).tolist()
     keep, total = set(), 0.0

@@ -42,9 +42,12 @@ def test_allocation_hands_out_whole_pages(two_copies):
     for row, length in [(0, 8), (1, 4)]:
         slots = table[row, :length]
         pages = slots.view(-1, 4)
-        assert torch.equal(pages - pages[:, :1], torch.arange(4).expand_as(pages)), "a page is 4 consecutive slots"
-        assert (pages[:, 0] % 4 == 0).all(), "and starts at a multiple of the page size"
-        assert (table[row, length:] == -1).all(), "nothing beyond the pages it needs"
+        got = slots.tolist()
+        assert torch.equal(pages - pages[:, :1], torch.arange(4).expand_as(pages)), \
+            f"row {row}: slots {got}: a page is 4 consecutive slots"
+        assert (pages[:, 0] % 4 == 0).all(), f"row {row}: slots {got}: a page starts at a multiple of the page size"
+        assert (table[row, length:] == -1).all(), \
+            f"row {row}: {table[row].tolist()}: nothing beyond the {length} slots of the pages it needs"
     assert len(set(table[:2].flatten().tolist()) - {-1}) == 12, "no slot is handed out twice"
     a.cached_len, a.device_len = 5, 8  # positions 5..7 sit in the page it already has
     cache.allocate_paged([a])
@@ -201,4 +204,47 @@ def test_token_counted_admission_runs_the_pool_dry_and_page_counted_does_not():
     assert first_prefill_uids == [0], f"whole pages (8 + 36 > 40) must hold B back until A ends: {scheduler.history}"
     for uid, prompt in enumerate(QUESTION_2_PROMPTS):
         assert scheduler.finished[uid].output_ids == hf_greedy("tiny-qwen3", prompt, 4), f"request {uid} differs from HF"
+    assert_clean(scheduler)
+
+
+def _pages_of(scheduler: Scheduler, req: Req) -> set[int]:
+    """The pages a running request's page-table row points at for the positions it has cached."""
+    ps = scheduler.cache_manager.page_size
+    return {s // ps for s in scheduler.table_manager.page_table[req.table_idx, : req.cached_len].tolist()}
+
+
+# The example's requests (prompts of 6 and 3 tokens, 4 tokens each) and a longer third one: with pages of 4,
+# request 1 takes its second page alone (second decode step), request 0 its third in the next, and all three
+# finish in that same step, where each must give back its own pages only.
+SAME_STEP_PROMPTS = ([5, 6, 7, 8, 9, 10], [11, 12, 13], list(range(20, 33)))
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.stubs(*ALL_STUBS)
+def test_requests_finishing_in_the_same_step_free_only_their_own_pages(page_size):
+    name = "tiny-llama"
+    engine = Engine(EngineConfig(model_path(name), max_running_reqs=3, max_seq_len=32, page_size=page_size,
+                                 num_pages=-(-32 // page_size) * 2))
+    scheduler = Scheduler(engine)
+    for uid, prompt in enumerate(SAME_STEP_PROMPTS):
+        scheduler.add_request(PendingReq(uid, torch.tensor(prompt, dtype=torch.int32),
+                                         SamplingParams(max_tokens=4, ignore_eos=True)))
+    cache = scheduler.cache_manager
+    while (batch := scheduler.step()) is not None:
+        step = f"after step {len(scheduler.history) - 1} ({batch.phase} of requests {[r.uid for r in batch.reqs]})"
+        running = scheduler.decode_manager.running
+        owner: dict[int, int] = {}
+        for req in running:
+            for page in _pages_of(scheduler, req):
+                assert page not in owner, f"{step}: requests {owner[page]} and {req.uid} both hold page {page}"
+                owner[page] = req.uid
+        held = sum(-(-r.cached_len // page_size) for r in running)
+        assert held + cache.available_size // page_size == cache.num_pages, (
+            f"{step}: running requests hold {held} pages and {cache.available_size // page_size} are free, "
+            f"but the pool has {cache.num_pages}")
+    finished_together = scheduler.history[-1][1]
+    assert sorted(finished_together) == [0, 1, 2], f"the fixture needs all three in the last step: {scheduler.history}"
+    for uid, prompt in enumerate(SAME_STEP_PROMPTS):
+        got, want = scheduler.finished[uid].output_ids, hf_greedy(name, prompt, 4)
+        assert got == want, f"request {uid}: got {got}, HF {want}"
     assert_clean(scheduler)

@@ -268,3 +268,41 @@ def test_smollm2_chat_turns_reuse_the_conversation():
                      {"role": "user", "content": "And of Italy?"}]
     assert counted[0][0] == 0 and counted[1][0] >= len(ids) // 2, "the second turn starts from the first turn's KV"
     assert_clean(llm)
+
+
+@pytest.mark.stubs(*TREE_STUBS)
+def test_a_match_touches_every_node_on_its_path():
+    """LRU reads last_access: a prefix that is matched again is recently used all along its path, not only at
+    its last node (the parent [1, 2] below is the shared part that every later request reuses)."""
+    tree = RadixCache(page_size=1)
+    tree.insert_prefix([1, 2, 3, 4], slots(0, 4))
+    tree.insert_prefix([1, 2, 5, 6], slots(10, 4))  # splits: [1, 2] -> {[3, 4], [5, 6]}
+    tree.insert_prefix([9], slots(20, 1))
+    other = tree.root.children[(9,)]
+    tree.match_prefix([1, 2, 3, 4])
+    shared = tree.root.children[(1,)]
+    for node in (shared, shared.children[(3,)]):
+        assert node.last_access > other.last_access, (
+            f"node {node.key} on the path of the match [1, 2, 3, 4] has last_access {node.last_access}, not newer "
+            f"than [9] ({other.last_access}), inserted before the match: _walk must stamp every node it passes")
+
+
+@pytest.mark.stubs(*ALL_STUBS)
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_fully_cached_prompt_computes_its_last_token(page_size):
+    """The same prompt twice: the second time the cache holds all of it (the first run cached the prompt and its
+    output), yet its last token must still be computed: that forward pass gives the first output token."""
+    name = "tiny-qwen3"
+    prompt = prompt_ids(name, 4)[3]  # 16 tokens: whole pages of 4, so all of it could be matched
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=128, page_size=page_size)
+    counted = []
+    llm.scheduler.on_batch = lambda b: counted.extend((r.cached_len, r.extend_len) for r in b.reqs if b.is_prefill)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    for run in ("first", "second"):
+        out = llm.generate([prompt], params)[0]
+        assert out["token_ids"] == hf_greedy(name, prompt, 4), f"{run} run: got {out['token_ids']}"
+        assert_clean(llm)
+    reused = (len(prompt) - 1) // page_size * page_size  # whole pages of all but the last token
+    assert counted[1] == (reused, len(prompt) - reused), (
+        f"second run of a {len(prompt)}-token prompt, page size {page_size}: prefill (cached, computed) = "
+        f"{counted[1]}, expected {(reused, len(prompt) - reused)}")

@@ -97,6 +97,52 @@ def test_the_next_batch_is_launched_before_the_last_is_processed():
     assert events[True] == "L" + "Ltt" * 4 + "tt", "with overlap: the next launch comes before the last tokens"
 
 
+class FakeEvent:
+    """Stands for the CUDA event recorded after a batch's tokens start their copy to the host."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch, self.fired = batch, False
+
+    def synchronize(self) -> None:
+        self.fired = True
+
+
+class HostTokens(torch.Tensor):
+    """A batch's tokens in host memory that a copy is still filling (on a GPU): reading them before their event
+    has fired reads whatever was there before."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        for a in args:
+            if isinstance(a, HostTokens) and not a.event.fired:
+                raise AssertionError(f"the tokens of batch {a.event.batch} were read before its ready event was "
+                                     "waited on: process a launched batch through _process, which waits first")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.stubs("Scheduler.overlap_step", "Scheduler._launch")
+def test_results_are_read_only_after_their_ready_event():
+    """On the CPU _launch gives no event (the tokens are there); on a GPU they are not, so every launched batch
+    here gets a fake one, and its tokens refuse to be read before it fires."""
+    name = "tiny-llama"
+    llm = LLM(model_path(name), max_running_reqs=2, max_seq_len=128, overlap=True)
+    launch, events = llm.scheduler._launch, []
+
+    def launch_with_event(batch):
+        data = launch(batch)
+        events.append(FakeEvent(len(events)))
+        tokens = data.next_tokens.as_subclass(HostTokens)
+        tokens.event = events[-1]
+        return data._replace(next_tokens=tokens, ready=events[-1])
+
+    llm.scheduler._launch = launch_with_event
+    prompts = prompt_ids(name, 2)
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=5, ignore_eos=True))
+    assert [o["token_ids"] for o in outputs] == [hf_greedy(name, p, 5) for p in prompts]
+    assert events and all(e.fired for e in events), f"batches never waited for: {[e.batch for e in events if not e.fired]}"
+    assert_clean(llm)
+
+
 @pytest.mark.stubs(*LOOP_STUBS)
 @pytest.mark.parametrize("cache_type,budget,page_size",
                          list(itertools.product(["naive", "radix"], [8, 8192], [1, 4])))

@@ -5,6 +5,7 @@ decoding, with overlap on and off); process tests start the real workers and tal
 
 from __future__ import annotations
 
+import os
 import time
 
 import msgpack
@@ -29,13 +30,31 @@ WORKER_STUBS = ("TokenizerWorker.tokenize", "TokenizerWorker.detokenize", "Token
 
 
 class Inbox:
-    """The scheduler's receiving queue, in-process: messages the test queued, handed out one per get()."""
+    """The scheduler's receiving queue, in-process: messages the test queued, handed out one per get(). Empty, it
+    answers None at once where a real queue would block; a loop that keeps asking it while its scheduler has
+    nothing to do is a loop that does not end, and fails here in milliseconds instead of hanging the test."""
+
+    IDLE_POLLS = 100  # a loop that ends asks an idle, empty queue twice or so
 
     def __init__(self) -> None:
         self.items: list = []
+        self.scheduler: Scheduler | None = None  # set by make_io
+        self._idle_polls, self._exit_sent = 0, False
 
     def get(self, timeout=None):
-        return self.items.pop(0) if self.items else None
+        if self.items:
+            self._idle_polls = 0
+            msg = self.items.pop(0)
+            self._exit_sent |= isinstance(msg, ExitMsg)
+            return msg
+        if self.scheduler is not None and self.scheduler.idle:
+            self._idle_polls += 1
+            if self._idle_polls > self.IDLE_POLLS:
+                raise AssertionError(
+                    f"run_forever asked an empty queue for messages {self.IDLE_POLLS} times in a row while nothing "
+                    "waits or runs" + (" after an ExitMsg (it ends the loop at once)" if self._exit_sent else
+                                       ": it must return when a blocking receive gets nothing and alive() is false"))
+        return None
 
 
 class Outbox:
@@ -51,7 +70,9 @@ class Outbox:
 def make_io(name="tiny-qwen3", overlap=True, max_extend_tokens=64, **config) -> SchedulerIO:
     config = dict(max_running_reqs=4, max_seq_len=256, cpu_kv_cache_mb=16) | config
     scheduler = Scheduler(Engine(EngineConfig(model_path(name), **config)), max_extend_tokens, overlap)
-    return SchedulerIO(scheduler, Inbox(), Outbox())
+    inbox = Inbox()
+    inbox.scheduler = scheduler
+    return SchedulerIO(scheduler, inbox, Outbox())
 
 
 def user_msg(uid: int, ids: list[int], max_tokens: int, ignore_eos=True) -> UserMsg:
@@ -243,7 +264,8 @@ def test_tokenize_sends_ids_or_refuses():
     assert sent[0].sampling_params.max_tokens == 5 and sent[2].input_ids.tolist() == [5, 6, 7]
     errors = {r.uid: r.message for r in to_frontend if isinstance(r, ErrorReply)}
     assert sorted(errors) == [3, 4, 5], f"empty, too long and out-of-vocabulary prompts are refused: {errors}"
-    assert "empty" in errors[3] and "64" in errors[4] or "63" in errors[4], f"errors name the problem: {errors}"
+    assert "empty" in errors[3], f"the empty prompt's error says so: {errors[3]!r}"
+    assert "64" in errors[4] or "63" in errors[4], f"the too-long prompt's error names the limit: {errors[4]!r}"
 
 
 @pytest.mark.stubs("TokenizerWorker.detokenize")
@@ -314,17 +336,19 @@ def workers():
 
 
 def receive(w: Workers, until, timeout=60.0) -> list:
-    """Replies from the workers until until(replies) holds; a dead worker raises with its last error."""
+    """Replies from the workers until until(replies) holds; a dead worker raises with its last error, and
+    `timeout` s without any reply fail (a stall, not a slow machine: replies keep coming while work goes on)."""
     replies: list = []
     deadline = time.monotonic() + timeout
     while not until(replies):
         msg = w.replies.get(timeout=0.2)
         if msg is not None:
             replies += msg.data if isinstance(msg, BatchFrontendMsg) else [msg]
+            deadline = time.monotonic() + timeout
         elif (dead := w.dead_worker()) is not None:
             raise RuntimeError(dead)
         elif time.monotonic() > deadline:
-            raise AssertionError(f"no complete answer in {timeout:.0f} s; got {replies}")
+            raise AssertionError(f"no reply for {timeout:.0f} s and the answer is not complete; got {replies}")
     return replies
 
 
@@ -336,6 +360,19 @@ def status(w: Workers) -> dict:
     w.to_scheduler.put(GetStatusMsg(10**6))
     return [r for r in receive(w, lambda rs: any(isinstance(r, StatusReply) for r in rs))
             if isinstance(r, StatusReply)][0].status
+
+
+def test_workers_report_their_limits_and_run_in_a_process_group_of_their_own(workers):
+    """What the front end prints when it starts (max_seq_len, the KV pool, max running requests); and a signal
+    to the front end's process group (Ctrl-C in a terminal, a supervisor's SIGTERM) must not reach the workers:
+    the front end stops them in order, while a worker killed under it would look like a crash."""
+    assert (workers.max_seq_len, workers.max_running_reqs, workers.page_size) == (256, 8, 1), \
+        f"limits {workers.max_seq_len}, {workers.max_running_reqs}, {workers.page_size}"
+    assert workers.total_slots % workers.page_size == 0 and workers.total_slots > 0, workers.total_slots
+    alive = {name: p.pid for name, p in workers.processes.items() if p.is_alive()}
+    assert "tokenizer" in alive, f"the tokenizer process runs: {workers.processes}"
+    same = [name for name, pid in alive.items() if os.getpgid(pid) == os.getpgrp()]
+    assert not same, f"{same} share the front end's process group: a signal to the group would kill them"
 
 
 @pytest.mark.stubs(*IO_STUBS, *WORKER_STUBS)

@@ -1,7 +1,8 @@
-"""Chapter 15: the OpenAI-compatible server. The request mapping and the event stream are tested in-process; the
-rest against a real server process (`python -m minisgl.server`) with the official openai client and httpx:
-HF-greedy equality, stop strings, seeds, bad requests, 64 concurrent streams with disconnects, a worker's crash,
-and Ctrl-C leaving no process behind."""
+"""Chapter 15: the OpenAI-compatible server. The request mapping, the event stream and the app's routes (API key,
+errors, a client that leaves a waiting request) are tested in-process; the rest against a real server process
+(`python -m minisgl.server`) with the official openai client and httpx: HF-greedy equality, stop strings, seeds,
+bad requests, 64 concurrent streams with disconnects, /metrics and the request log, a worker's crash, and Ctrl-C or
+a group SIGTERM ending open streams and leaving no process behind."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import json
 import random
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -84,6 +86,27 @@ def test_chat_only_fields_are_checked_too():
     assert ok.sampling_params.max_tokens >= 1, "do-nothing values of unsupported fields are accepted"
 
 
+@pytest.mark.stubs("to_tokenize_msg")
+def test_fields_that_change_nothing_are_accepted_and_the_rest_still_refused():
+    from pydantic import ValidationError
+
+    messages = [{"role": "developer", "content": "Be brief.", "name": "ops"}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": None}, {"role": "user", "content": "Why?", "name": "ann"}]
+    msg = to_tokenize_msg(0, ChatCompletionRequest(messages=messages, user="u-1", store=False, metadata={"a": "b"},
+                                                   parallel_tool_calls=True))
+    assert msg.text == [{"role": "system", "content": "Be brief.", "name": "ops"}, {"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": ""}, {"role": "user", "content": "Why?", "name": "ann"}], \
+        f"developer is system, a null assistant content is empty, names go to the template: {msg.text}"
+    with pytest.raises(APIError) as refused:
+        to_tokenize_msg(0, ChatCompletionRequest(messages=[{"role": "user", "content": None}]))
+    assert (refused.value.status, refused.value.param) == (400, "messages[0]"), "a user message needs a content"
+    with pytest.raises(ValidationError):  # FastAPI answers it with a 400 naming the field
+        ChatCompletionRequest(messages=messages, reasoning_effort="high")
+    with pytest.raises(APIError) as refused:
+        to_tokenize_msg(0, ChatCompletionRequest(messages=messages, logprobs=True))
+    assert refused.value.param == "logprobs", "a parameter that would change the answer is still a 400"
+
+
 # ---- in-process: the event stream ----------------------------------------------------------------------------
 
 class FakeRequest:
@@ -117,7 +140,7 @@ def run_events(replies: list, chat: bool, include_usage: bool, request=None):
         for r in rest:
             queue.put_nowait(r)
         out = []
-        async for event in events(frontend, 4, queue, first, Completion(chat, "m", 4), request or FakeRequest(), req):
+        async for event in events(frontend, 4, queue, first, Completion(chat, "m"), request or FakeRequest(), req):
             out.append(event)
         return out
 
@@ -168,7 +191,7 @@ class QueueFrontend(FakeFrontend):
         super().__init__()
         self.replies = replies
 
-    def submit(self, req):
+    def submit(self, req, rid=None):
         queue = asyncio.Queue()
         for r in self.replies:
             queue.put_nowait(r)
@@ -244,6 +267,183 @@ def test_a_bad_reply_frame_does_not_stop_the_front_ends_receiver():
     assert reply.incremental_output == "hi", f"the reply after a bad frame must still arrive, got {reply}"
 
 
+def test_the_reply_thread_outlives_its_event_loop_quietly():
+    """A reply that comes after the server's event loop has closed (an abort's reply at shutdown) must end the
+    reply thread without an "Event loop is closed" error."""
+    import queue
+
+    from minisgl.server.api_server import Frontend
+
+    class Replies:
+        def __init__(self):
+            self.queue = queue.Queue()
+
+        def get(self, timeout=None):
+            try:
+                return self.queue.get(timeout=timeout)
+            except queue.Empty:
+                return None
+
+    class Workers:
+        replies = Replies()
+
+        @staticmethod
+        def dead_worker():
+            return None
+
+    frontend = Frontend(Workers())
+
+    async def serve():
+        frontend.start(asyncio.get_running_loop())
+
+    asyncio.run(serve())  # the loop has closed now, the thread still runs
+    errors, hook = [], threading.excepthook
+    threading.excepthook = lambda args: errors.append(repr(args.exc_value))
+    try:
+        Workers.replies.queue.put(UserReply(1, "late", True, "abort", 1, 1))
+        frontend._thread.join(10)
+        ended = not frontend._thread.is_alive()
+    finally:
+        frontend.stop()
+        threading.excepthook = hook
+    assert not errors, f"the reply thread died with {errors}"
+    assert ended, "the reply thread ends once its event loop is gone"
+
+
+@pytest.mark.stubs("events", "complete")
+def test_a_stream_cut_by_a_dead_worker_ends_with_the_503_body():
+    """A stream that a worker's death (or a shutdown) ends gets, as its last event before [DONE], the same error a
+    request that had not started gets as its 503 body."""
+    from minisgl.server.api_server import WorkerGone
+
+    reason = "the server is shutting down: the scheduler process died (exit code -9)"
+    out, frontend = run_events([UserReply(4, "a", False, None, 5, 1), WorkerGone(reason)], chat=True,
+                               include_usage=False)
+    chunks = parse(out)
+    with pytest.raises(APIError) as refused:
+        run_complete([WorkerGone(reason)])
+    assert refused.value.status == 503, f"a request that had not started gets a 503, not {refused.value.status}"
+    errors = [c for c in chunks if isinstance(c, dict) and "error" in c]
+    assert errors == [refused.value.body()], \
+        f"the stream's error event {errors} must be the 503 body {refused.value.body()}"
+    assert chunks[-1] == "[DONE]" and frontend.aborted == [4], f"then [DONE], and the request is aborted: {chunks}"
+
+
+@pytest.mark.stubs("complete")
+def test_response_ids_are_not_guessable():
+    replies = [UserReply(7, "a", True, "length", 3, 1)]
+    ids = [json.loads(run_complete(list(replies))[0].body)["id"] for _ in range(3)]
+    assert all(i.startswith("cmpl-") for i in ids) and len(set(ids)) == 3, f"ids {ids}"
+    assert all(len(i) - len("cmpl-") >= 16 and "7" != i[5:] for i in ids), \
+        f"an id must be random (at least 16 characters after the prefix), not the request's number: {ids}"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent = []
+
+    def put(self, msg) -> None:
+        self.sent.append((time.monotonic(), msg))
+
+
+class FakeWorkers:
+    """Workers that take every message and never answer."""
+
+    def __init__(self) -> None:
+        self.to_tokenizer, self.to_scheduler = Recorder(), Recorder()
+
+
+def make_app(api_key: str | None = "s3cret"):
+    from fastapi.testclient import TestClient
+
+    from minisgl.server.api_server import Frontend, create_app
+    from minisgl.server.args import ServerArgs
+
+    frontend = Frontend(FakeWorkers())
+    app = create_app(frontend, ServerArgs(str(model_path("smollm2")), api_key=api_key), max_model_len=512)
+    return app, frontend, TestClient(app, raise_server_exceptions=False)  # no lifespan: no reply thread
+
+
+@pytest.mark.stubs("complete")
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream-still-queued"])
+@pytest.mark.parametrize("api_key", [None, "s3cret"], ids=["no-key", "api-key"])
+def test_a_client_that_leaves_a_waiting_request_aborts_it_within_a_second(stream, api_key):
+    """The client hangs up while its request waits (not streamed, or streamed but before its first token): the
+    front end must notice (request.is_disconnected(), which any middleware must leave working) and abort it."""
+    from minisgl.message import AbortMsg
+
+    app, frontend, _ = make_app(api_key)
+    body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 100, "stream": stream}).encode()
+    left_at = time.monotonic() + 0.3
+    state, answered = {"body_sent": False}, []
+
+    async def receive():  # as uvicorn's: the body, then nothing until the client leaves, then a disconnect
+        if not state["body_sent"]:
+            state["body_sent"] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        if time.monotonic() < left_at:
+            await asyncio.sleep(left_at - time.monotonic())
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        answered.append(message)
+
+    async def run():
+        headers = [(b"content-type", b"application/json")]
+        if api_key:
+            headers.append((b"authorization", f"Bearer {api_key}".encode()))
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+                 "query_string": b"", "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 8000), "state": {}}
+        task = asyncio.create_task(app(scope, receive, send))
+        await asyncio.wait([task], timeout=3.0)
+        task.cancel()
+
+    asyncio.run(run())
+    aborts = [t for t, m in frontend.workers.to_tokenizer.sent if isinstance(m, AbortMsg)]
+    assert aborts and aborts[0] - left_at < 1.0, \
+        f"the request must be aborted within a second of its client leaving: aborted {aborts and aborts[0] - left_at}" \
+        f" (the app answered {answered})"
+
+
+def test_the_api_key_guards_every_route_that_changes_state():
+    _, _, http = make_app("s3cret")
+    key = {"Authorization": "Bearer s3cret"}
+    r = http.post("/abort_request", json={"id": "cmpl-x"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", \
+        f"/abort_request without the key: {r.status_code} {r.text}"
+    r = http.post("/abort_request", json={"id": "cmpl-x"}, headers=key)
+    assert r.status_code == 404, f"with the key, an unknown id is a 404: {r.status_code} {r.text}"
+    assert http.get("/").status_code == 200, "the chat page loads without the key (it asks for it)"
+
+
+@pytest.mark.parametrize("content, status, param", [
+    ("not json", 400, None), ("{}", 400, "id"), ('{"id": 5}', 400, "id"), ('["cmpl-x"]', 400, None),
+    ('{"id": "cmpl-x", "more": 1}', 400, "more"), ('{"id": "cmpl-nobody"}', 404, "id"),
+], ids=["not-json", "empty", "int-id", "list", "extra", "unknown-id"])
+def test_a_bad_abort_request_is_an_openai_error(content, status, param):
+    _, _, http = make_app(None)
+    r = http.post("/abort_request", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == status, f"{content}: {r.status_code} {r.text}"
+    assert set(r.json().get("error", {})) == {"message", "type", "param", "code"} and \
+        r.json()["error"]["param"] == param, f"{content}: not an OpenAI error naming {param!r}: {r.text}"
+
+
+def test_unknown_paths_wrong_methods_and_model_cards_answer_openai_style():
+    _, _, http = make_app(None)
+    for method, path, status in [("GET", "/v1/nothing", 404), ("POST", "/nothing", 404),
+                                 ("GET", "/v1/completions", 405), ("PUT", "/v1/chat/completions", 405)]:
+        r = http.request(method, path)
+        error = r.json().get("error", {})
+        assert r.status_code == status and set(error) == {"message", "type", "param", "code"} and \
+            path in error["message"], f"{method} {path}: {r.status_code} {r.text}"
+    card = http.get("/v1/models/smollm2")
+    assert card.status_code == 200 and card.json() == http.get("/v1/models").json()["data"][0], card.text
+    other = http.get("/v1/models/gpt-4")
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found", other.text
+
+
 # ---- a real server ------------------------------------------------------------------------------------------
 
 class Server(LocalServer):
@@ -261,21 +461,25 @@ class Server(LocalServer):
 SERVER_FLAGS = ("--max-running-reqs", "16", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64",
                 "--max-extend-tokens", "64")
 TINY_FLAGS = ("--max-seq-len", "128", "--cpu-kv-cache-mb", "8")
+LOGGING_FLAGS = ("--max-running-reqs", "4", "--max-seq-len", "512", "--cpu-kv-cache-mb", "64", "--log-requests")
 
 
 @pytest.fixture(scope="module")
 def servers():
-    """The suite's three servers: "main" on SmolLM2, shared by most tests, and two on tiny-qwen3 that a test
-    stops on purpose. The tiny ones start in the background once the main one is up, while its tests run (a start
-    is mostly imports and a model load, one core's work). Each value is a function that waits for its server."""
+    """The suite's three servers: "main" on SmolLM2, shared by most tests, and two that a test stops on purpose:
+    "sigterm" on SmolLM2 with --log-requests (its answers are slow enough to be still streaming when the signal
+    comes) and "dead_worker" on tiny-qwen3. Those two start in the background once the main one is up, while its
+    tests run (a start is mostly imports and a model load, one core's work). Each value is a function that waits
+    for its server."""
     with ThreadPoolExecutor(3) as pool:
         main = pool.submit(Server, "smollm2", *SERVER_FLAGS)
 
-        def tiny() -> Server:
+        def after_main(model: str, *flags: str) -> Server:
             wait([main])
-            return Server("tiny-qwen3", *TINY_FLAGS)
+            return Server(model, *flags)
 
-        started = {"main": main, "sigterm": pool.submit(tiny), "dead_worker": pool.submit(tiny)}
+        started = {"main": main, "sigterm": pool.submit(after_main, "smollm2", *LOGGING_FLAGS),
+                   "dead_worker": pool.submit(after_main, "tiny-qwen3", *TINY_FLAGS)}
         try:
             yield {name: future.result for name, future in started.items()}
         finally:
@@ -307,8 +511,8 @@ def settle(server: Server, timeout: float = 30.0) -> dict:
         time.sleep(0.2)
 
 
-def assert_nothing_held(server: Server) -> None:
-    status = settle(server)
+def assert_nothing_held(server: Server, timeout: float = 30.0) -> None:
+    status = settle(server, timeout)
     assert status.get("integrity_checked") == 1 and status["available_slots"] == status["total_slots"], \
         f"every KV slot must be free or cached, and the integrity check must run: {status}"
 
@@ -451,7 +655,9 @@ def test_64_concurrent_streams_with_disconnects(server):
 
     async def run():
         limits = httpx.Limits(max_connections=64)
-        async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        # No read limit: a stream's first bytes come with its first token, after the requests queued before it
+        # (16 run at a time); on a loaded machine that took over 300 s. A hang still ends at the test's timeout.
+        async with httpx.AsyncClient(timeout=httpx.Timeout(300, read=None), limits=limits) as http:
             return await asyncio.gather(*(stream_one(http, server.url, prompts[p], leave) for p, leave in plan))
 
     results = asyncio.run(run())
@@ -463,6 +669,102 @@ def test_64_concurrent_streams_with_disconnects(server):
     ok = httpx.post(server.url + "/v1/completions", json={"prompt": prompts[0], "max_tokens": 8, "temperature": 0,
                                                           "ignore_eos": True}, timeout=60)
     assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == want[0], "the server still serves"
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_a_client_that_leaves_a_non_streamed_request_frees_it(server):
+    """The client gives up (its timeout) on a long answer that is not streamed: the request is aborted in the
+    workers, not run to its end for nobody. (How soon, within a second, is checked in-process above; here the
+    machine's speed decides the rest.) The request's end is read from /metrics: finish reason "abort", and far
+    fewer than its 400 tokens generated."""
+    body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    ok = httpx.post(server.url + "/v1/completions", json=body | {"max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200, ok.text
+    settle(server)
+    before = scrape(server)
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(server.url + "/v1/completions", json=body, timeout=httpx.Timeout(60, read=1.5))
+    left = time.monotonic()
+    assert_nothing_held(server, timeout=60)
+    after = scrape(server)
+    aborted = metric(after, "minisgl_requests_finished_total", finish_reason="abort") - \
+        metric(before, "minisgl_requests_finished_total", finish_reason="abort")
+    generated = metric(after, "minisgl_generation_tokens_total") - metric(before, "minisgl_generation_tokens_total")
+    assert aborted == 1 and generated < 400, f"the request left by its client must be aborted: {aborted} aborted, " \
+        f"{generated:.0f} tokens generated; the scheduler was idle {time.monotonic() - left:.1f} s after it left"
+
+
+def scrape(server: Server) -> dict:
+    """/metrics parsed with prometheus_client's own parser: {(sample name, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = httpx.get(server.url + "/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), f"{r.status_code} {r.text}"
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) for s in family.samples}
+
+
+def metric(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(({"model": "smollm2"} | labels).items()))), 0.0)
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_fields_that_change_nothing_are_accepted(client):
+    """user, store, metadata, parallel_tool_calls, a message's name, an assistant's null content: accepted; the
+    developer role is the system role."""
+    def ask(role: str, **extra) -> str:
+        messages = [{"role": role, "content": "Answer in one word."}, {"role": "user", "content": "Hi", "name": "ann"},
+                    {"role": "assistant", "content": None}, {"role": "user", "content": CHAT[0]}]
+        r = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=8, temperature=0, **extra)
+        return r.choices[0].message.content
+
+    extra = dict(user="u-1", store=False, metadata={"run": "test"}, parallel_tool_calls=False)
+    assert ask("developer", **extra) == ask("system"), "the developer role is the system role of the template"
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_metrics_in_prometheus_text_format(server):
+    settle(server)
+    before = scrape(server)
+    ids = tokenizer("smollm2").encode(TEXTS[0])
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": ids, "max_tokens": 8, "temperature": 0,
+                                                         "ignore_eos": True}, timeout=60)
+    assert r.status_code == 200, r.text
+    after = scrape(server)
+    for name, want in [("minisgl_prompt_tokens_total", len(ids)), ("minisgl_generation_tokens_total", 8),
+                       ("minisgl_time_to_first_token_seconds_count", 1), ("minisgl_time_per_output_token_seconds_count", 1),
+                       ("minisgl_e2e_request_latency_seconds_count", 1)]:
+        assert metric(after, name) - metric(before, name) == want, \
+            f"{name} grew by {metric(after, name) - metric(before, name)}, not {want}"
+    assert metric(after, "minisgl_requests_finished_total", finish_reason="length") - \
+        metric(before, "minisgl_requests_finished_total", finish_reason="length") == 1
+    assert metric(after, "minisgl_num_requests_running") == 0 and metric(after, "minisgl_kv_pages_used") == 0, after
+    assert metric(after, "minisgl_kv_pages_total") > 0
+
+    body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as stream:
+        lines = stream.iter_lines()  # held: a dropped iterator closes the connection (and aborts the request)
+        next(lines)
+        during = scrape(server)
+    assert metric(during, "minisgl_num_requests_running") == 1 and metric(during, "minisgl_kv_pages_used") > 0, \
+        f"while one request decodes: {during}"
+    assert_nothing_held(server)
+
+
+@pytest.mark.stubs(*SERVER_STUBS)
+def test_the_startup_line_and_the_request_log(servers):
+    s = servers["sigterm"]()  # started with --log-requests
+    line = next((x for x in s.tail().splitlines() if x.startswith("serving ")), None)
+    for part in (f"chat page {s.url}/", "KV pool ", "pages of ", "max_seq_len 512", "up to 4 running requests"):
+        assert line is not None and part in line, f"the start-up line names {part!r}: {line!r}"
+    r = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 10
+    while not (logged := [x for x in s.tail().splitlines() if r.json()["id"] in x]):
+        assert time.monotonic() < deadline, f"no log line names {r.json()['id']}:\n{s.tail()}"
+        time.sleep(0.1)
+    assert "3 prompt + 5 completion tokens" in logged[0] and "finish length" in logged[0], logged[0]
 
 
 @pytest.mark.stubs(*SERVER_STUBS)
@@ -506,15 +808,65 @@ def test_a_dead_worker_makes_the_server_answer_503_and_exit(servers):
         s.stop(signal.SIGKILL)
 
 
+def open_requests(server: Server) -> tuple[ThreadPoolExecutor, list]:
+    """A long stream (once its first event has come) and a long non-streamed request, both running."""
+    body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    first = threading.Event()
+
+    def stream() -> list:
+        events_ = []
+        with httpx.stream("POST", url + "/v1/completions", json=body | {"stream": True}, timeout=120) as r:
+            if r.status_code != 200:
+                first.set()
+                return [f"HTTP {r.status_code}: {r.read().decode()}"]
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events_.append(line[6:] if line == "data: [DONE]" else json.loads(line[6:]))
+                    first.set()
+        return events_
+
+    def whole() -> httpx.Response:
+        return httpx.post(url + "/v1/completions", json=body, timeout=120)
+
+    url = server.url
+    pool = ThreadPoolExecutor(2)
+    futures = [pool.submit(stream), pool.submit(whole)]
+    assert first.wait(120), "the stream's first event never came"
+    if futures[0].done():  # it could not start: its error (HTTP status and body) says why
+        raise AssertionError(f"the stream ended at once: {futures[0].result()}")
+    deadline = time.monotonic() + 60
+    while True:
+        r = httpx.get(url + "/health", timeout=30)  # a 503: the scheduler was too busy to answer in time
+        status = r.json() if r.status_code == 200 else {}
+        if status.get("running", 0) + status.get("waiting", 0) >= 2:
+            break
+        if futures[1].done():
+            raise AssertionError(f"the non-streamed request ended at once: {futures[1].result().text}")
+        assert time.monotonic() < deadline, f"the second request does not run: {r.text}"
+        time.sleep(0.1)
+    return pool, futures
+
+
 @pytest.mark.stubs(*SERVER_STUBS)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_stops_every_process(servers, sig):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "group-SIGTERM"])
+def test_a_signal_ends_open_streams_and_stops_every_process(servers, sig):
+    """Ctrl-C (SIGINT to the server), or SIGTERM to its whole process group as a supervisor sends it: open streams
+    end with an error event and [DONE], a waiting request gets a 503, the server says "stopped" with no traceback
+    and exits 0 (the workers, in a group of their own, are stopped by it: no crash is reported), nothing is left."""
     s = servers["main" if sig == signal.SIGINT else "sigterm"]()  # the shared server: this is the last test
     try:
-        r = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2}, timeout=60)
-        assert r.status_code == 200, r.text
-        code = s.stop(sig)
-        assert code == 0, f"Ctrl-C / SIGTERM is a clean stop (exit 0), got {code}"
+        pool, (stream, whole) = open_requests(s)
+        code = s.stop(sig, group=sig == signal.SIGTERM)
+        events_, response = stream.result(30), whole.result(30)
+        pool.shutdown()
+        output = s.tail()
+        assert code == 0, f"Ctrl-C / SIGTERM is a clean stop (exit 0), got {code}; the server's last lines:\n{output}"
         assert s.left_behind == [], f"every worker process is gone: {s.left_behind} are left"
+        assert events_[-1] == "[DONE]" and events_[-2].get("error", {}).get("type") == "service_unavailable", \
+            f"an open stream ends with an error event and [DONE], got {events_[-3:]}"
+        assert response.status_code == 503, f"a waiting request gets a 503: {response.status_code} {response.text}"
+        assert output.splitlines()[-1] == "stopped", f"the server's last line is 'stopped':\n{output}"
+        for bad in ("Traceback", "Event loop is closed", "Exception in thread", "died", "error:"):
+            assert bad not in output, f"{bad!r} in the server's output:\n{output}"
     finally:
         s.stop(signal.SIGKILL)  # whatever failed above, no server outlives the test

@@ -152,8 +152,11 @@ def rank_layer_checks() -> dict[str, object]:
         head.weight = mine(padded)
         return head(w["x"])
 
+    def row_bias():
+        return LinearRowParallel(INTER, HIDDEN, bias=True)  # should raise: see the test
+
     out = {}
-    for name, check in (("mlp", mlp), ("embedding", embedding), ("lm_head", lm_head)):
+    for name, check in (("mlp", mlp), ("embedding", embedding), ("lm_head", lm_head), ("row_bias", row_bias)):
         try:
             out[name] = check()
         except Exception as e:  # noqa: BLE001 - handed back to the test, which raises it
@@ -181,6 +184,13 @@ def test_column_then_row_parallel_mlp_equals_the_unsharded_mlp():
     want = F.linear(SiluAndMul()(F.linear(w["x"], w["gate_up"])), w["down"])
     got = ranks_agree("mlp")
     assert got.shape == want.shape and rel_err(got, want) < 1e-5, f"MLP over 2 ranks: rel error {rel_err(got, want):.2e}"
+
+
+def test_a_row_parallel_layer_refuses_a_bias():
+    for rank, result in enumerate(r["row_bias"] for r in layer_results()):
+        assert isinstance(result, ValueError) and "bias" in str(result), (
+            f"rank {rank} of 2: LinearRowParallel(bias=True) gave {result!r}. Added to every rank's partial sum, a "
+            "bias would be in the all-reduce tp_size times (and forward adds none): refuse it, a ValueError naming the bias")
 
 
 @pytest.mark.stubs("VocabParallelEmbedding.forward")

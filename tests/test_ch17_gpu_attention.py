@@ -12,7 +12,7 @@ ON_CUDA = torch.cuda.is_available()
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: kernels run in its numpy interpreter
 
-from helpers import hf_greedy, model_path, prompt_ids  # noqa: E402
+from helpers import assert_close, hf_greedy, model_path, prompt_ids  # noqa: E402
 from minisgl.attention import resolve_backend  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
 from minisgl.kernel.triton.attention import paged_decode_attention, paged_extend_attention  # noqa: E402
@@ -50,9 +50,6 @@ def reference(q, k_cache, v_cache, table, row, seq_len, cached):
     return torch.einsum("hqk,khd->qhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v)
 
 
-def rel_err(out, ref):
-    return ((out.double() - ref).norm() / ref.norm()).item()
-
 
 DTYPES = [(torch.float32, 1e-5)] + ([(torch.bfloat16, 1e-2)] if ON_CUDA else [])
 
@@ -66,9 +63,10 @@ def test_decode_kernel_matches_float64(hq, hkv, dim, dtype, tol):
     q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(1)).to(DEVICE, dtype)
     seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5)
-    ref = torch.stack([reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
-                       for i, n in enumerate(lens)])
-    assert out.dtype == dtype and rel_err(out, ref) < tol
+    assert out.dtype == dtype, f"the output is {out.dtype}, expected the inputs' {dtype}"
+    for i, n in enumerate(lens):
+        ref = reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
+        assert_close(out[i], ref, tol, f"request {i} (length {n}) decoding in {dtype}", row="head")
 
 
 @pytest.mark.stubs("_attend_block")
@@ -86,8 +84,7 @@ def test_split_k_decode_merges_slices_to_the_float64_result(splits, dtype, tol):
     ref = torch.stack([reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
                        for i, n in enumerate(lens)])
     for i, n in enumerate(lens):
-        err = rel_err(out[i], ref[i])
-        assert err < tol, f"request of length {n} with {splits} splits: relative error {err:.2e}"
+        assert_close(out[i], ref[i], tol, f"request {i} (length {n}) with {splits} splits", row="head")
     with pytest.raises(ValueError, match="splits"):
         paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, splits=0)
 
@@ -103,9 +100,11 @@ def test_extend_kernel_matches_float64_over_a_cached_prefix(hq, hkv, dim, dtype,
     cu = torch.tensor([0] + torch.tensor(new).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
     out = paged_extend_attention(q, k_cache, v_cache, table, rows, torch.tensor(lens, dtype=torch.int32, device=DEVICE),
                                  torch.tensor(cached, dtype=torch.int32, device=DEVICE), cu, max(new), dim ** -0.5)
-    ref = torch.cat([reference(q[cu[i] : cu[i + 1]], k_cache, v_cache, table, rows[i], n, c)
-                     for i, (n, c) in enumerate(zip(lens, cached))])
-    assert out.dtype == dtype and rel_err(out, ref) < tol
+    assert out.dtype == dtype, f"the output is {out.dtype}, expected the inputs' {dtype}"
+    for i, (n, c) in enumerate(zip(lens, cached)):
+        ref = reference(q[cu[i] : cu[i + 1]], k_cache, v_cache, table, rows[i], n, c)
+        assert_close(out[cu[i] : cu[i + 1]], ref, tol, f"request {i} ({n} tokens, {c} cached) in {dtype}",
+                     row="position", first_row=c)
 
 
 @pytest.mark.stubs("resolve_backend")

@@ -124,7 +124,8 @@ def test_select_experts_computes_in_float32_from_bf16_logits():
     logits = torch.randn(9, 8, generator=gen(3)).to(torch.bfloat16)
     weights, ids = select_experts(logits, 2, True)
     want_w, want_ids = softmax_topk64(logits.float(), 2, True)
-    assert weights.dtype == torch.float32 and torch.equal(ids.long(), want_ids)
+    assert weights.dtype == torch.float32, f"weights are {weights.dtype}: the softmax is taken in float32"
+    assert torch.equal(ids.long(), want_ids), f"experts chosen {ids.tolist()}, expected {want_ids.tolist()}"
     assert torch.allclose(weights.double(), want_w, rtol=1e-5), "softmax of bf16 logits must be taken in float32"
 
 
@@ -411,11 +412,11 @@ def test_tensor_parallel_moe_llm_matches_hf_greedy():
 # ----------------------------------------------------------------------------- the benchmark script
 @pytest.mark.stubs("select_experts", "moe_reference", "moe_grouped", *KERNEL_STUBS)
 def test_the_benchmark_runs_at_toy_size(tmp_path):
-    """The H200 benchmark's command on a CPU with --tiny: all three forms (Triton in its interpreter), checked
-    against the loop, written to JSON and a plot."""
+    """The H200 benchmark's command (benchmark/moe.py, the harness beside the package) on a CPU with --tiny: all
+    three forms (Triton in its interpreter), checked against the loop, written to JSON and a plot."""
     import json
 
-    from minisgl.moe.bench import main as bench
+    from benchmark.moe import main as bench
 
     assert bench(["--tiny", "--out", str(tmp_path), "--tokens", "1", "5"]) == 0
     record = json.loads((tmp_path / "moe_bench.json").read_text())

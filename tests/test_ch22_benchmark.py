@@ -1,14 +1,21 @@
 """Chapter 22: benchmarking. The workload against the numbers nano-vllm published, the metrics and the roofline
 byte counts against independent brute-force computations (Hugging Face's own parameters and KV cache), the
-quick CPU benchmark end to end (JSON, table, PNG), our engine's outputs under the benchmark driver, and the online
-client against a real server (every statistic recomputed from the request times it recorded)."""
+quick CPU benchmark end to end (JSON, table, PNG), the protocol every system shares (warm-up runs discarded, timed
+runs, min / median / max, no prefix carried from one run to the next), the machine's state, the targets judged met,
+missed or not judged, our engine's outputs under the benchmark driver, and the online client against a real server
+(every statistic recomputed from the request times it recorded).
+
+The package (minisgl/benchmark/) is the chapter's; the harness that runs it (benchmark/ at the repository root:
+bench, report, peers, micro-benchmarks, the online client) is the course's and imports whichever tree is tested."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import random
+import sys
 
 import numpy as np
 import psutil
@@ -19,14 +26,16 @@ ON_CUDA = torch.cuda.is_available()
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the micro-benchmark's kernel runs on a CPU
 
+from benchmark import bench, report  # noqa: E402
+from benchmark.machine import describe_state, machine_state  # noqa: E402
+from benchmark.runs import Measured, measure, spread  # noqa: E402
 from helpers import hf_greedy, hf_model, model_path  # noqa: E402
-from minisgl.benchmark import bench, report  # noqa: E402
+from minisgl.benchmark.driver import RunOutput, run_ours  # noqa: E402
 from minisgl.benchmark.metrics import RequestTrace, TokenClock, request_latencies, summarize  # noqa: E402
 from minisgl.benchmark.random_model import QWEN3_0_6B  # noqa: E402
 from minisgl.benchmark.roofline import (config_param_count, decode_step_bytes, ideal_schedule,  # noqa: E402
                                         kv_bytes_per_token, model_weight_bytes, schedule_floor, tensor_bytes,
                                         workload_floor)
-from minisgl.benchmark.systems import run_ours  # noqa: E402
 from minisgl.benchmark.workload import describe, nano_vllm_workload, quick_workload  # noqa: E402
 from minisgl.models.config import ModelConfig  # noqa: E402
 
@@ -169,7 +178,7 @@ def test_qwen3_0_6b_shape_has_596m_parameters():
 def test_gemm_shapes_are_hugging_faces_linear_weights_and_times_count_their_bytes():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from minisgl.benchmark.micro import gemm_times, model_gemm_shapes
+    from benchmark.micro import gemm_times, model_gemm_shapes
 
     with torch.device("meta"):
         model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B))
@@ -247,26 +256,50 @@ def test_ideal_schedule_and_its_floor_against_a_simulation():
 
 
 # ----------------------------------------------------------------------------------------------- end to end
+@pytest.fixture
+def ledger(tmp_path, monkeypatch):
+    """A machine ledger of this test's own (machine.py counts the benchmark processes since boot in it)."""
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("MINISGL_BENCH_LEDGER", str(path))
+    return path
+
+
 @pytest.mark.stubs(*ALL_STUBS)
-def test_quick_bench_end_to_end_writes_json_table_and_png(tiny_qwen3, tmp_path):
+def test_quick_bench_end_to_end_writes_json_table_and_png(tiny_qwen3, tmp_path, ledger):
     out = tmp_path / "results.json"
-    code = bench.main(["--device", "cpu", "--quick", "--model", str(tiny_qwen3), "--out", str(out),
-                       "--systems", "micro", "ours", "ours-no-overlap", "ours-no-graphs", "hf-static"])
-    assert code == 0
+    code = bench.main(["--device", "cpu", "--quick", "--model", str(tiny_qwen3), "--out", str(out), "--runs", "2",
+                       "--warmup-runs", "1", "--systems", "micro", "ours", "ours-no-overlap", "ours-no-graphs",
+                       "hf-static"])
     records = {r["system"]: r for r in json.loads(out.read_text())}
+    errors = {name: r["reason"] for name, r in records.items() if r["status"] == "error"}
+    assert code == 0 and not errors, f"bench.main returned {code}; systems that failed: {errors}"
     assert set(records) == {"micro", "ours", "ours-no-overlap", "ours-no-graphs", "hf-static"}
     for r in records.values():
-        assert {"date", "gpu", "versions", "device", "workload", "status"} <= set(r)
+        assert {"date", "gpu", "versions", "device", "workload", "status", "session", "machine"} <= set(r)
         assert {"torch", "transformers", "triton"} <= set(r["versions"])
+        assert {"fresh", "earlier_bench_processes", "compile_caches", "uptime_s", "boot_id"} <= set(r["machine"])
+    assert len({r["session"] for r in records.values()}) == 1, "one process: one session"
     assert records["ours-no-graphs"]["status"] == "skipped", "no CUDA graphs to turn off on a CPU"
-    total = describe(quick_workload(1023))["output_tokens"]
+    workload = describe(quick_workload(1023))
+    total = workload["output_tokens"]
     for name in ("ours", "ours-no-overlap", "hf-static"):
         r = records[name]
         assert r["status"] == "ok" and r["requests_completed"] == 8 and r["output_tokens"] == total
-        assert r["output_tok_s"] > 0 and r["mean_ttft_s"] > 0 and r["mean_tpot_s"] > 0 and r["floor_ratio"] > 0
-        assert math.isclose(r["output_tok_s"], total / r["wall_s"])
+        assert (r["warmup_runs"], r["runs"], len(r["warmup"]), len(r["timed"])) == (1, 2, 1, 2), (
+            f"{name}: {r['warmup_runs']} warm-up and {r['runs']} timed runs recorded, asked for 1 and 2")
+        rates = [t["output_tok_s"] for t in r["timed"]]
+        for t in r["timed"] + r["warmup"]:
+            assert math.isclose(t["output_tok_s"], total / t["wall_s"]), f"{name}: a run's tok/s is not tokens/wall"
+        assert math.isclose(r["output_tok_s"], sum(rates) / 2), f"{name}: headline {r['output_tok_s']}, runs {rates}"
+        assert r["stats"]["output_tok_s"] == {"n": 2, "min": min(rates), "median": sum(rates) / 2, "max": max(rates)}
+        assert r["mean_ttft_s"] > 0 and r["mean_tpot_s"] > 0 and r["floor_ratio"] > 0
+        assert math.isclose(r["floor_ratio"], r["floor"]["floor_tok_s"] / r["output_tok_s"])
         assert r["floor"]["floor_s"] > 0 and r["floor"]["weight_bytes"] == config_param_count(
             ModelConfig.from_path(tiny_qwen3)) * 4
+        assert r["same_tokens_every_run"], f"{name}: greedy, yet the runs made different tokens"
+    for name in ("ours", "ours-no-overlap"):  # every run prefills every prompt: nothing cached from the last one
+        got = [t["prefill_tokens"] for t in records[name]["warmup"] + records[name]["timed"]]
+        assert got == [workload["prompt_tokens"]] * 3, f"{name}: prompt tokens computed per run {got}"
     assert records["ours"]["output_digest"] == records["ours-no-overlap"]["output_digest"], "same tokens"
     assert records["ours"]["schedule"]["decode_steps"] >= max(n for _, n in quick_workload(1023)) - 1
     micro = records["micro"]
@@ -277,11 +310,96 @@ def test_quick_bench_end_to_end_writes_json_table_and_png(tiny_qwen3, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = md.read_text()
     assert "| ours |" in table and "| hf-static |" in table and "x HF static" in table
-    assert "20x HF static" in table and "skipped" in table
+    assert "| 2 (+1 warm-up) |" in table and "20x HF static" in table and "skipped" in table
     only_micro = tmp_path / "micro.json"
     only_micro.write_text(json.dumps([micro]))  # `make bench SYSTEMS=micro`: a table of targets, no plot
     assert report.main([str(only_micro), "--png", str(tmp_path / "micro.png")]) == 0
     assert not (tmp_path / "micro.png").exists()
+
+
+# ----------------------------------------------------------------------------------------------- the protocol
+def test_measure_discards_the_warm_up_runs_and_times_the_rest():
+    calls = []
+
+    def run():  # the first call is the cold one: it compiles
+        calls.append(len(calls))
+        return {"wall_s": 100.0 if len(calls) == 1 else float(len(calls))}
+
+    got = measure(run, runs=3, warmup_runs=1)
+    assert calls == [0, 1, 2, 3], f"{len(calls)} calls for 1 warm-up and 3 timed runs"
+    assert [r["wall_s"] for r in got.warmup] == [100.0], "the cold run is the warm-up, kept apart"
+    assert [r["wall_s"] for r in got.timed] == [2.0, 3.0, 4.0], "the timed runs are the ones after it"
+    assert len(got.warmup_seconds) == 1 and got.warmup_seconds[0] >= 0
+    seen = []
+    cold = measure(lambda: len(seen), runs=2, warmup_runs=0, on_run=lambda kind, i, r: seen.append((kind, i)))
+    assert cold.warmup == [] and seen == [("timed", 0), ("timed", 1)], "no warm-up asked: every run is timed"
+    for runs, warmup in ((0, 1), (2, -1)):
+        with pytest.raises(ValueError):
+            measure(run, runs=runs, warmup_runs=warmup)
+
+
+def test_spread_is_min_median_max_of_what_exists():
+    assert spread([3.0, 1.0, 2.0]) == {"n": 3, "min": 1.0, "median": 2.0, "max": 3.0}
+    assert spread([4.0, 1.0, 3.0, 2.0]) == {"n": 4, "min": 1.0, "median": 2.5, "max": 4.0}, "even: mean of the middle"
+    assert spread([None, 5.0]) == {"n": 1, "min": 5.0, "median": 5.0, "max": 5.0}, "a run without it is left out"
+    assert spread([]) is None and spread([None]) is None
+
+
+class _FakeBench:
+    """What bench.results reads of a Bench: the workload, the model's numbers, the floor, the arguments."""
+
+    def __init__(self, workload):
+        self.workload = workload
+        self.weight_bytes, self.kv_per_token, self.params = 1000, 10, 300
+        self.bandwidth, self.peak = {"gbs": 1.0}, (1e9, "test")
+        self.args = argparse.Namespace(keep_tokens=False)
+
+    def floor(self) -> dict:
+        return workload_floor(self.workload, self.weight_bytes, self.kv_per_token, self.params, 1e9, 1e9)
+
+
+def _run(workload, wall, prefill=None, capped=False):
+    traces = [RequestTrace(0.0, [wall * (k + 1) / n for k in range(n)]) for _, n in workload]
+    return RunOutput(traces, wall, [[1] * n for _, n in workload], capped=capped,
+                     prefill_tokens=sum(len(p) for p, _ in workload) if prefill is None else prefill)
+
+
+def test_results_report_the_medians_of_the_timed_runs_only():
+    workload = [([1, 2, 3], 4), ([4, 5], 2)]
+    fake = _FakeBench(workload)
+    measured = Measured(warmup=[_run(workload, 60.0)], timed=[_run(workload, w) for w in (3.0, 2.0, 6.0)],
+                        warmup_seconds=[61.0])
+    r = bench.results(measured, fake)
+    assert (r["warmup_runs"], r["runs"]) == (1, 3)
+    assert math.isclose(r["wall_s"], 3.0) and math.isclose(r["output_tok_s"], 6 / 3.0), (
+        f"the median run is the 3 s one; got wall {r['wall_s']}, {r['output_tok_s']} tok/s")
+    s = r["stats"]["output_tok_s"]
+    assert (s["min"], s["max"]) == (1.0, 3.0), f"min and max of the timed runs, not the 60 s warm-up: {s}"
+    assert math.isclose(r["warmup"][0]["output_tok_s"], 0.1) and r["warmup"][0]["process_s"] == 61.0
+    assert math.isclose(r["floor_ratio"], r["floor"]["floor_tok_s"] / 2.0)
+    reused = Measured(timed=[_run(workload, 2.0), _run(workload, 2.0, prefill=3)])
+    with pytest.raises(RuntimeError, match="cached prefixes"):
+        bench.results(reused, fake)  # a run that found the last run's prompts cached did less work: refused
+    capped = bench.results(Measured(timed=[_run(workload, 2.0, prefill=3, capped=True)]), fake)
+    assert capped["status"] == "partial", "a capped run may stop before its prompts are in: partial, not refused"
+
+
+def test_machine_state_counts_earlier_processes_and_compile_caches(tmp_path, monkeypatch, ledger):
+    inductor, triton_cache = tmp_path / "inductor", tmp_path / "triton"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))
+    ledger.write_text(json.dumps({"boot_id": "another boot", "pid": 1}) + "\n" + '{"boot_id": "cut sh')
+    first = machine_state(["ours"], "s1")
+    assert first["earlier_bench_processes"] == 0, "a process of another boot, or a torn line, is not counted"
+    assert first["compile_caches"]["inductor_files"] == 0 and first["compile_caches"]["triton_files"] == 0
+    assert first["fresh"] is True and describe_state(first) == "fresh"
+    (triton_cache / "abc").mkdir(parents=True)
+    (triton_cache / "abc" / "kernel.cubin").write_bytes(b"x")
+    second = machine_state(["nano-vllm"], "s1")
+    assert second["earlier_bench_processes"] == 1, "the first call signed the ledger"
+    assert second["compile_caches"]["triton_files"] == 1 and second["fresh"] is False
+    assert describe_state(second) == "not fresh: 1 earlier bench process(es) since boot, 1 Triton cache files"
+    assert describe_state(None) == "not recorded"
 
 
 @pytest.mark.stubs("nano_vllm_workload")
@@ -315,48 +433,198 @@ def test_bench_rejects_bad_arguments(tiny_qwen3, tmp_path):
         report.load([tmp_path / "bad.json"])
 
 
-def _record(system, rate, status="ok", **extra):
+FAKE_NANO_VLLM = {
+    "nanovllm/__init__.py": """
+from collections import deque
+from itertools import count
+
+
+class SamplingParams:
+    def __init__(self, temperature=1.0, ignore_eos=False, max_tokens=64):
+        self.temperature, self.ignore_eos, self.max_tokens = temperature, ignore_eos, max_tokens
+
+
+class Block:
+    def __init__(self, i):
+        self.block_id, self.hash, self.token_ids = i, -1, []
+
+
+class BlockManager:  # as nano-vllm's: the hashes of freed blocks stay, and a prompt that matches one is cached
+    def __init__(self):
+        self.blocks = [Block(i) for i in range(4)]
+        self.hash_to_block_id, self.used_block_ids = {}, set()
+
+
+class Seq:
+    ids = count()
+
+    def __init__(self, prompt, sp):
+        self.seq_id, self.prompt, self.sp = next(Seq.ids), list(prompt), sp
+        self.num_scheduled_tokens, self.num_completion_tokens, self.out = 0, 0, []
+
+
+class Scheduler:
+    block_size = 256
+
+    def __init__(self):
+        self.block_manager, self.waiting, self.running = BlockManager(), deque(), []
+
+    def postprocess(self, seqs, token_ids, is_prefill):
+        for seq, t in zip(seqs, token_ids):
+            seq.num_scheduled_tokens = 0
+            seq.num_completion_tokens += 1
+            seq.out.append(t)
+
+
+class LLM:
+    def __init__(self, path, enforce_eager=True, max_model_len=0):
+        assert (enforce_eager, max_model_len) == (False, 4096), "nano-vllm's bench settings"
+        self.scheduler = Scheduler()
+
+    def add_request(self, prompt, sp):
+        self.scheduler.waiting.append(Seq(prompt, sp))
+
+    def is_finished(self):
+        return not self.scheduler.waiting and not self.scheduler.running
+
+    def step(self):
+        s, bm = self.scheduler, self.scheduler.block_manager
+        if s.waiting:
+            seqs = list(s.waiting)
+            s.waiting.clear()
+            for seq in seqs:
+                cached = len(seq.prompt) - 1 if hash(tuple(seq.prompt)) in bm.hash_to_block_id else 0
+                seq.num_scheduled_tokens = len(seq.prompt) - cached
+            s.running += seqs
+            prefill = True
+        else:
+            seqs, prefill = list(s.running), False
+            for seq in seqs:
+                seq.num_scheduled_tokens = 1
+        s.postprocess(seqs, [7] * len(seqs), prefill)
+        done = [q for q in seqs if q.num_completion_tokens >= q.sp.max_tokens]
+        for q in done:
+            s.running.remove(q)
+            bm.hash_to_block_id[hash(tuple(q.prompt))] = 0
+        return [(q.seq_id, q.out) for q in done], 0
+""",
+    "nanovllm/engine/__init__.py": "",
+    "nanovllm/engine/llm_engine.py": "AutoTokenizer = None\n",
+}
+
+
+def test_the_nano_vllm_runner_times_every_run_on_a_fresh_prefix_cache(tmp_path, monkeypatch):
+    """The runner on a stand-in checkout (nano-vllm itself needs CUDA): its bench settings, every token
+    timestamped, every run prefilling every prompt although nano-vllm keeps the hashes of freed blocks."""
+    from benchmark import nano_vllm as runner
+
+    for rel, text in FAKE_NANO_VLLM.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setenv("NANO_VLLM_COMMIT", "bb823b3e0")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the runner puts the checkout first: undone after
+    for name in [m for m in sys.modules if m == "nanovllm" or m.startswith("nanovllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    workload = [([1, 2, 3, 4], 3), ([5, 6], 2)]
+    try:
+        with runner.nano_vllm(tmp_path, workload, str(tmp_path)) as run:
+            runs = [run(), run()]
+        engine = sys.modules["nanovllm.engine.llm_engine"]
+    finally:  # the stand-in leaves no module behind
+        for name in [m for m in sys.modules if m == "nanovllm" or m.startswith("nanovllm.")]:
+            del sys.modules[name]
+    for r in runs:
+        assert r.prefill_tokens == 6, f"prompt tokens computed: {r.prefill_tokens} of 6 (a cached prompt was reused)"
+        assert [len(o) for o in r.outputs] == [3, 2] and [t.tokens for t in r.traces] == [3, 2]
+        assert r.config["commit"] == "bb823b3e0" and r.config["temperature"] == runner.TEMPERATURE
+    assert engine.AutoTokenizer is runner.EosOnlyTokenizer, "the EOS-only tokenizer stands in for the model's"
+
+
+def _record(system, rate, status="ok", warm=True, session="s1", boot="b1", **extra):
+    """A record as bench.py writes it; warm=False: as the files before the warm-up protocol (one cold run)."""
     base = {"system": system, "status": status, "date": "2026-12-01T00:00:00+00:00", "gpu": "NVIDIA H200",
             "cuda": "13.0", "versions": {"python": "3.12", "torch": "2.11", "transformers": "5.17", "triton": "3.6"},
             "dtype": "bfloat16", "workload": {"requests": 256, "prompt_tokens": 142827, "output_tokens": 133966},
             "output_tok_s": rate, "mean_ttft_s": 1.0, "mean_tpot_s": 0.01, "wall_s": 133966 / rate,
             "floor_ratio": 3.0, "requests_completed": 256, "output_tokens": 133966,
             "floor": {"floor_s": 3.0, "floor_tok_s": 44655.0, "bandwidth_gbs": 4000.0, "peak_tflops": 989.0}}
+    if warm:
+        base.update(session=session, warmup_runs=1, runs=3,
+                    stats={"output_tok_s": {"n": 3, "min": 0.95 * rate, "median": rate, "max": 1.05 * rate}},
+                    warmup=[{"output_tok_s": 0.8 * rate, "wall_s": 133966 / rate / 0.8}],
+                    machine={"boot_id": boot, "fresh": False, "earlier_bench_processes": 2, "uptime_s": 7200.0,
+                             "compile_caches": {"inductor_files": 0, "triton_files": 0},
+                             "gpu": {"driver_version": "580.65", "memory.used": "3"}})
     return {**base, **extra}
 
 
+def _micro(step_ratio, small_ms):
+    base = {k: v for k, v in _record("micro", 1.0).items() if k not in ("warmup", "warmup_runs", "stats", "runs")}
+    return {**base, "copy": {"gbs": 4000.0},
+            "decode_kernel": {"gbs": 3700.0, "pct_of_copy": 92.5, "batch": 256, "mean_context": 820},
+            "decode_step": {"batch": 256, "ms_per_step": 7.0 * step_ratio, "floor_ms": 7.0, "ratio": step_ratio,
+                            "mean_context": 540, "attention_backend": "HybridAttnBackend"},
+            "small_decode_step": {"batch": 8, "ms_per_step": small_ms, "floor_ms": 0.5},
+            "prefill_step": {"tokens": 16384, "prompt_len": 1024, "ms_per_batch": 40.0, "floor_ms": 20.0, "ratio": 2.0}}
+
+
+def _verdicts(records) -> dict[str, str]:
+    return {v.target.removesuffix(", same `make bench` run"): v.cell for v in report.verdicts(records)}
+
+
 def test_report_judges_the_targets_from_hand_made_records(tmp_path):
-    micro = {**_record("micro", 1.0), "copy": {"gbs": 4000.0},
-             "decode_kernel": {"gbs": 3700.0, "pct_of_copy": 92.5, "batch": 256, "mean_context": 820},
-             "decode_step": {"batch": 256, "ms_per_step": 12.0, "floor_ms": 7.0, "ratio": 12 / 7, "mean_context": 540,
-                             "attention_backend": "HybridAttnBackend"},
-             "small_decode_step": {"batch": 8, "ms_per_step": 0.9, "floor_ms": 0.5},
-             "prefill_step": {"tokens": 16384, "prompt_len": 1024, "ms_per_batch": 40.0, "floor_ms": 20.0, "ratio": 2.0}}
-    records = [_record("hf-static", 600.0), _record("ours", 10000.0),
-               _record("ours", 13000.0, config={"attention_backend": "FlashAttnBackend", "page_size": 256,
-                                                "overlap": True, "cuda_graph_max_bs": 256}),
+    ours_cfg = {"attention_backend": "FlashAttnBackend", "page_size": 256, "overlap": True, "cuda_graph_max_bs": 256}
+    records = [_record("hf-static", 600.0), _record("ours", 10000.0), _record("ours", 13000.0, config=ours_cfg),
                _record("nano-vllm", 10000.0, config={"commit": "bb823b3e0", "temperature": 0.6,
                                                      "kvcache_block_size": 256}),
                _record("hf-cb", 300.0, status="partial", requests_completed=120, output_tokens=90000),
-               {**_record("ours-no-graphs", 1.0), "status": "skipped", "reason": "no graphs here"}, micro]
+               {**_record("ours-no-graphs", 1.0), "status": "skipped", "reason": "no graphs here"},
+               _micro(12 / 7, 0.9)]
     md = report.markdown(records)
-    assert "21.7x (13,000 vs 600 tok/s) | yes" in md, "the last record of a system wins"
-    assert "| 13,000 | 21.7 | 1.30 |" in md, "the ours row: tok/s, x HF static, x nano-vllm"
-    assert ">= 1.5x nano-vllm | 1.30x (13,000 vs 10,000 tok/s) | no" in md
-    assert "bb823b3, its bench settings" in md
-    assert "(1.71x; mean context 540, flash-attn prefill + Triton decode) | no" in md, "1.71x misses 1.3x"
-    assert "decode step at batch 8 <= 1 ms | 0.90 ms (memory floor 0.50 ms) | yes" in md
-    assert "40.0 ms vs 20.0 ms (2.00x; prompts of 1024) | no" in md
+    assert ("| ours | flash-attn, pages of 256, overlap on, graphs up to batch 256 | 3 (+1 warm-up) | 13,000 | 12,350 "
+            "| 13,650 | 21.7 | 1.30 |") in md, "the last record of a system wins: runs, median, min, max, x HF, x nano"
+    assert "bb823b3, its bench settings" in md and "(driver 580.65)" in md
+    assert ("| output throughput >= 1.5x warm nano-vllm, same `make bench` run | 1.30x (13,000 vs 10,000 tok/s, "
+            "medians of 3 and 3 runs; 1.18-1.44x from the slowest to the fastest pairing) | missed |") in md
+    assert "| output throughput >= 0.8 of the workload's floor | 0.29 (13,000 vs 44,655 tok/s at the floor" in md
+    assert "(1.71x; mean context 540, flash-attn prefill + Triton decode) | missed |" in md, "1.71x misses 1.25x"
+    assert "| decode step at batch 8 <= 1 ms | 0.90 ms (memory floor 0.50 ms) | met |" in md
+    assert "21.7x (13,000 vs 600 tok/s, medians" in md and "40.0 ms vs 20.0 ms (2.00x; prompts of 1024) | missed" in md
     assert "3,700 of 4,000 GB/s (92%" in md and "| skipped: no graphs here |" in md
     assert "**partial**: 120 of 256 requests" in md
-    path = report.plot(records, tmp_path / "p.png")
-    assert path.stat().st_size > 1000
+    assert "| ours | s1 | not fresh: 2 earlier bench process(es) since boot | 2.00 | 3 | 10,400, 12.88 |" in md
+    assert report.plot(records, tmp_path / "p.png").stat().st_size > 1000
+
+    fast = [_record("ours", 40000.0), _record("nano-vllm", 25000.0), _micro(1.2, 1.1)]
+    assert _verdicts(fast) == {
+        "output throughput >= 1.5x warm nano-vllm": "met",  # 1.60x
+        "output throughput >= 0.8 of the workload's floor": "met",  # 40,000 of 44,655: 0.90
+        "decode step at batch 256 <= 1.25x its memory floor": "met",
+        "decode step at batch 8 <= 1 ms": "missed",  # 1.1 ms
+        "prefill batch of 16,384 tokens <= 1.5x its compute floor": "missed",
+        "Triton decode kernel >= 90% of the copy bandwidth": "met"}, report.targets(fast)
+    cold_peer = [_record("ours", 40000.0), _record("nano-vllm", 25000.0, warm=False)]
+    assert _verdicts(cold_peer)["output throughput >= 1.5x warm nano-vllm"] == (
+        "not judged: nano-vllm measured without a warm-up run"), "a cold peer's ratio is not the target's"
+    elsewhere = [_record("ours", 40000.0), _record("nano-vllm", 25000.0, session="s2")]
+    assert _verdicts(elsewhere)["output throughput >= 1.5x warm nano-vllm"].startswith(
+        "not judged: ours and nano-vllm come from different `make bench` runs")
+    other_boot = [_record("ours", 40000.0), _record("nano-vllm", 25000.0, boot="b2")]
+    assert _verdicts(other_boot)["output throughput >= 1.5x warm nano-vllm"].startswith("not judged"), (
+        "the same session name on another boot is another machine")
+    cold_ours = _verdicts([_record("ours", 40000.0, warm=False)])
+    assert cold_ours["output throughput >= 0.8 of the workload's floor"] == (
+        "not judged: ours measured without a warm-up run")
+    table = report.table(cold_peer)
+    assert "| nano-vllm |" in table and "| 1 (no warm-up run) | 25,000 | 25,000 | 25,000 |" in table, table
 
 
 # ----------------------------------------------------------------------------------------------- online
 def _online():
     pytest.importorskip("httpx", reason="the online client needs httpx (requirements.txt)")
-    from minisgl.benchmark import online
+    from benchmark import online
 
     return online
 
@@ -455,7 +723,7 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
 # ----------------------------------------------------------------------------------------------- GPU only
 @pytest.mark.gpu
 def test_gpu_copy_bandwidth_and_decode_kernel_are_plausible():
-    from minisgl.benchmark.micro import copy_bandwidth, decode_kernel_bandwidth
+    from benchmark.micro import copy_bandwidth, decode_kernel_bandwidth
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
@@ -471,7 +739,7 @@ def test_the_scheduler_loop_never_waits_for_the_gpu_but_for_its_tokens():
     on the way (a page-table row read to free pages, a blocking token-pool write at admission, sampling
     settings copied with a blocking copy) raises here. Greedy and seeded sampling, shared prefixes (the radix
     cache maps cached pages), prompts chunked by a small budget, requests finishing at different steps."""
-    from minisgl.benchmark.systems import ours_config
+    from minisgl.benchmark.driver import ours_config
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
     from minisgl.scheduler.utils import PendingReq

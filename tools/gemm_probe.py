@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.benchmark.micro import model_gemm_shapes
+from benchmark.micro import model_gemm_shapes
 from minisgl.benchmark.random_model import make_model
 from minisgl.models.config import ModelConfig
 

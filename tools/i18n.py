@@ -35,8 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY = ROOT / "docs" / "glossary.yml"
 ZH = "zh"
 
-# Pages that stay English only, each with its reason. Empty: every page has a Chinese twin.
-ENGLISH_ONLY: dict[str, str] = {}
+# Pages that stay English only for now, each with its reason (the pairing tests accept nothing else).
+ENGLISH_ONLY: dict[str, str] = {
+    "docs/chapters/ch15_server.md": "being revised with the server's new measurements; its Chinese twin follows them",
+    "docs/chapters/ch22_benchmark.md": "being revised with the fair (warm) benchmark runs; its Chinese twin follows them",
+}
 
 STAMP = re.compile(r"^<!-- translation of (?P<source>\S+) @ (?P<blob>[0-9a-f]{12,40}) -->[ \t]*$", re.M)
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
@@ -164,28 +167,39 @@ class Structure:
 ARROW = re.compile(r"-->|==>|-\.->|---|-\.-|~~~|->>|-->>|-\)|--x|--o|<-->")
 
 
-def _split_blocks(text: str):
-    """Yield ("code", info, body, indent) for fenced blocks and ("text", line) for other lines."""
+def _fenced(text: str):
+    """Yield each line outside code fences as a str, and each fenced block as (opening match, its lines
+    from the opening fence to the closing one, both included)."""
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         m = FENCE.match(lines[i])
         if not m:
-            yield ("text", lines[i])
+            yield lines[i]
             i += 1
             continue
-        fence, indent = m.group("fence"), m.group("indent")
-        body = []
+        fence, start = m.group("fence"), i
         i += 1
         while i < len(lines):
             s = lines[i].strip()
             if s.startswith(fence[0]) and set(s) == {fence[0]} and len(s) >= len(fence):
                 break
-            line = lines[i]
-            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
             i += 1
         i += 1
-        yield ("code", m.group("info").strip(), "\n".join(body), indent)
+        yield m, lines[start:i]
+
+
+def _split_blocks(text: str):
+    """Yield ("code", info, body, indent) for fenced blocks and ("text", line) for other lines."""
+    for block in _fenced(text):
+        if isinstance(block, str):
+            yield ("text", block)
+            continue
+        m, lines = block
+        indent = m.group("indent")
+        body = [ln[len(indent):] if ln.startswith(indent) else ln.lstrip() for ln in lines[1:]]
+        closed = len(lines) > 1 and set(lines[-1].strip()) == {m.group("fence")[0]}
+        yield ("code", m.group("info").strip(), "\n".join(body[:-1] if closed else body), indent)
 
 
 def _table_cells(row: str) -> list[str]:
@@ -368,24 +382,8 @@ def with_english_ids(chinese: str, english: str) -> str:
 
 def _split_blocks_keep(text: str):
     """The lines of the text; a fenced block comes as a 1-tuple holding its lines joined, unchanged."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if not m:
-            yield lines[i]
-            i += 1
-            continue
-        fence = m.group("fence")
-        start = i
-        i += 1
-        while i < len(lines):
-            s = lines[i].strip()
-            if s.startswith(fence[0]) and set(s) == {fence[0]} and len(s) >= len(fence):
-                break
-            i += 1
-        i += 1
-        yield ("\n".join(lines[start:i]),)
+    for block in _fenced(text):
+        yield block if isinstance(block, str) else ("\n".join(block[1]),)
 
 
 # ------------------------------------------------------------------------------------------ glossary

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
+from minisgl.benchmark.driver import ours_config
 from minisgl.benchmark.metrics import TokenClock, request_latencies
 from minisgl.benchmark.random_model import make_model
-from minisgl.benchmark.systems import ours_config
 from minisgl.benchmark.workload import Workload, nano_vllm_workload, quick_workload
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM

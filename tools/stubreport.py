@@ -125,20 +125,32 @@ def _write(config, record: dict) -> None:
         handle.flush()
 
 
+def _skip_reason(report) -> str:
+    text = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+    return text.removeprefix("Skipped: ")
+
+
+_SETUP_SECONDS: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report):
-    if report.when != "call" and not report.failed:
+    # One record per test: its call, or the setup that failed or skipped it (a skip mark skips at setup), or a
+    # teardown that failed.
+    if report.when == "setup":
+        _SETUP_SECONDS[report.nodeid] = report.duration
+    if not (report.when == "call" or report.failed or (report.when == "setup" and report.skipped)):
         return
-    if report.when == "call" or report.failed:
-        record = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
-                  "stubs": getattr(report, "_stubs", [])}
-        if report.failed:
-            record["error"], record["message"] = _short_reason(report)
-            record["explanation"] = _explanation(report)
-            excinfo = getattr(report, "_excinfo", None)
-            record["frames"] = _frames(excinfo.value) if excinfo is not None else []
-        if report.skipped:
-            record["message"] = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-        _write(_config, record)
+    seconds = report.duration + (_SETUP_SECONDS.get(report.nodeid, 0.0) if report.when == "call" else 0.0)
+    record = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
+              "stubs": getattr(report, "_stubs", []), "seconds": round(seconds, 2)}
+    if report.failed:
+        record["error"], record["message"] = _short_reason(report)
+        record["explanation"] = _explanation(report)
+        excinfo = getattr(report, "_excinfo", None)
+        record["frames"] = _frames(excinfo.value) if excinfo is not None else []
+    if report.skipped:
+        record["message"] = _skip_reason(report)
+    _write(_config, record)
 
 
 def pytest_collectreport(report):

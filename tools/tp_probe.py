@@ -74,10 +74,10 @@ def throughput(path: Path, tp_size: int, seqs: int) -> dict:
             "tok_per_s": round(tokens / seconds, 1)}
 
 
-def _allreduce_rank(rank: int, port: int, batches: list[int], hidden: int, out) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _allreduce_rank(rank: int, store_port: int, batches: list[int], hidden: int, out) -> None:
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=torch.device(f"cuda:{rank}"))
+    store = dist.TCPStore("127.0.0.1", store_port, is_master=False)
+    dist.init_process_group("nccl", store=store, rank=rank, world_size=2, device_id=torch.device(f"cuda:{rank}"))
     result = {}
     for batch in batches:
         x = torch.randn(batch, hidden, dtype=torch.bfloat16, device="cuda")
@@ -99,8 +99,8 @@ def _allreduce_rank(rank: int, port: int, batches: list[int], hidden: int, out) 
 def allreduce_us(batches: list[int], hidden: int) -> dict:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = 29600 + os.getpid() % 1000
-    procs = [ctx.Process(target=_allreduce_rank, args=(r, port, batches, hidden, out)) for r in range(2)]
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # this process keeps the port
+    procs = [ctx.Process(target=_allreduce_rank, args=(r, store.port, batches, hidden, out)) for r in range(2)]
     for p in procs:
         p.start()
     result = out.get(timeout=300)

@@ -1,7 +1,7 @@
 """Chapter 20 example: mixture of experts on tiny-qwen3-moe (8 experts, 2 per token). How layer 0's router shares
 the tokens of a prompt out, the experts computed three ways against float64, and the engine (one rank, then
 two) generating HF greedy's tokens. On a CPU the Triton kernel runs in its interpreter: right, slow, and no
-measure of speed (the H200 numbers come from `python -m minisgl.moe.bench`)."""
+measure of speed (the H200 numbers come from `python -m benchmark.moe`, the harness beside the package)."""
 
 import os
 import time

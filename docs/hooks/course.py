@@ -805,11 +805,24 @@ def on_page_content(html, page, config, files, **kwargs):
 HEAD_ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
 
 
+SWITCH_LINK = re.compile(r'(<a href=")(/[^"]*)(" hreflang="[^"]*" class="md-select__link">)')
+
+
 def on_post_page(output, page, config, **kwargs):
     """Drop the theme's <link rel="alternate" hreflang> tags: with a language switcher that links each page's
     twin (mkdocs-static-i18n), Material's script would fetch <that page>/sitemap.xml, which does not exist
-    (a 404 on every page). The switcher's own links and the sitemap's alternates stay."""
-    return HEAD_ALTERNATE.sub("", output)
+    (a 404 on every page). The switcher's own links and the sitemap's alternates stay; the ones that are
+    absolute (a home page's: "/", "/zh/") become relative, so the site works under any path (a project's
+    GitHub Pages site lives under /<repository>/)."""
+    import posixpath
+
+    here = posixpath.dirname(page.file.dest_uri)
+
+    def relative(m: re.Match) -> str:
+        target = posixpath.relpath(m.group(2).strip("/") or ".", here or ".")
+        return m.group(1) + ("./" if target == "." else target + "/") + m.group(3)
+
+    return SWITCH_LINK.sub(relative, HEAD_ALTERNATE.sub("", output))
 
 
 def on_serve(server, config, builder, **kwargs):

@@ -1,7 +1,9 @@
 """The server's chat page (`/`, chapter 15), end to end in headless Chromium with every request to a host other than
 127.0.0.1 blocked: a question typed and sent streams an answer that equals the non-streamed
 /v1/chat/completions answer with the same settings (temperature 0, same max_tokens), followed by its usage and
-finish reason; Stop during a long answer ends it, and the server lets the request go and keeps serving.
+finish reason; Stop during a long answer ends it, and the server lets the request go and keeps serving. Send is
+disabled while a reply streams and the newest text stays in view; a failed turn is not sent again; New chat starts
+the conversation over.
 
 The server is `python -m minisgl.server` on SmolLM2, run from the final reference tree. Marker `browser`; needs
 the Debian `chromium` package and the `playwright` Python package (never downloads a browser); skipped with the
@@ -139,3 +141,74 @@ def test_chat_page_streams_the_greedy_answer_and_stops(chat_server: str):
         f"after Stop the server still answers the same: {again.text}"
     hosts = {urlsplit(u).hostname for u in requested if not u.startswith(("data:", "blob:"))}
     assert requested and hosts == {"127.0.0.1"}, f"the page loaded from other hosts: {sorted(set(requested))}"
+
+
+def _chat_bodies(page) -> list[dict]:
+    """The JSON body of every /v1/chat/completions request the page makes, as they are sent."""
+    import json
+
+    bodies: list[dict] = []
+    page.on("request", lambda r: r.url.endswith("/v1/chat/completions") and bodies.append(json.loads(r.post_data)))
+    return bodies
+
+
+@pytest.mark.browser
+def test_chat_page_sends_one_turn_at_a_time_and_keeps_the_newest_text_in_view(chat_server: str):
+    """While a reply streams, Send is disabled and Enter sends nothing; the log keeps its newest text in view
+    (the answer grows past the window's height here)."""
+    with offline_page({"width": 420, "height": 360}) as page:
+        bodies = _chat_bodies(page)
+        page.goto(f"{chat_server}/", wait_until="load")
+        _send(page, "Tell me a long story about the sea.", LONG)
+        page.wait_for_function("() => { const a = document.querySelector('#log .assistant');"
+                               " return a && a.textContent.length > 0; }", timeout=120_000)
+        assert page.is_disabled("#send"), "Send is disabled while a reply streams"
+        page.fill("#prompt", "a second question")
+        page.press("#prompt", "Enter")
+        page.wait_for_timeout(500)
+        assert len(bodies) == 1, f"a second turn was sent while the first streamed: {len(bodies)} requests"
+        # The answer is taller than the window: its newest line must be in view, in the log's visible box.
+        page.wait_for_function("() => document.querySelector('#log .assistant').offsetHeight > window.innerHeight",
+                               timeout=180_000)
+        view = page.evaluate("""() => { const a = document.querySelector('#log .assistant');
+            const log = document.getElementById('log').getBoundingClientRect();
+            return {bottom: a.getBoundingClientRect().bottom, limit: Math.min(window.innerHeight, log.bottom)}; }""")
+        assert view["bottom"] <= view["limit"] + 2, f"the newest text is out of view: {view}"
+        page.click("#stop")
+        _answer(page, 0, "^stopped$", timeout_ms=30_000)
+        assert not page.is_disabled("#send") and page.is_disabled("#stop"), "after Stop, Send is back"
+    _settled(chat_server)
+
+
+ERROR_EVENT = ('data: {"error": {"message": "the server is shutting down", "type": "service_unavailable", '
+               '"param": null, "code": null}}\n\ndata: [DONE]\n\n')
+
+
+@pytest.mark.browser
+def test_chat_page_drops_a_failed_turn_and_starts_a_new_chat(chat_server: str):
+    """A turn whose stream ends with an error event (as when a worker dies) is shown with the error but not sent
+    again with the next turn; "New chat" empties the log and the conversation."""
+    with offline_page({"width": 1000, "height": 800}) as page:
+        bodies = _chat_bodies(page)
+        page.goto(f"{chat_server}/", wait_until="load")
+        page.route("**/v1/chat/completions", lambda r: r.fulfill(status=200, body=ERROR_EVENT,
+                                                                 headers={"content-type": "text/event-stream"}))
+        _send(page, "Hi", 4)
+        _, meta = _answer(page, 0, "^error", timeout_ms=30_000)
+        assert "shutting down" in meta, meta
+        page.unroute("**/v1/chat/completions")
+        _send(page, "Hello", 4)
+        answer, _ = _answer(page, 1, "finish:")
+        assert bodies[-1]["messages"] == [{"role": "user", "content": "Hello"}], \
+            f"the failed turn must not be sent again: {bodies[-1]['messages']}"
+        _send(page, "Thanks", 4)
+        _answer(page, 2, "finish:")
+        assert bodies[-1]["messages"] == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": answer},
+                                          {"role": "user", "content": "Thanks"}], bodies[-1]["messages"]
+        page.click("#new")
+        assert page.eval_on_selector("#log", "e => e.children.length") == 0, "New chat empties the log"
+        _send(page, "Hi again", 4)
+        _answer(page, 0, "finish:")
+        assert bodies[-1]["messages"] == [{"role": "user", "content": "Hi again"}], \
+            f"after New chat the conversation starts over: {bodies[-1]['messages']}"
+    _settled(chat_server)

@@ -7,6 +7,7 @@ the real solutions/ (CPU, fast, no mkdocs build).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -325,7 +326,9 @@ def test_tree_of_missing_chapter_raises(repo):
 
 def test_output_included_and_ansi_stripped(repo):
     _write(repo / "docs" / "outputs" / "ch01_core.txt", "\x1b[32mok\x1b[0m line\n\n")
-    assert hook.render_output("ch01_core") == '```text title="output of ch01_core/main.py"\nok line\n```\n'
+    block = '```text title="output of ch01_core/main.py"\nok line\n```\n'
+    assert hook.render_output("ch01_core") == f'<div class="course-output" markdown>\n\n{block}\n</div>\n'
+    assert 'title="ch01_core/main.py 的输出"' in hook.render_output("ch01_core", "zh"), "a Chinese page's label"
 
 
 def test_missing_output_raises_and_says_make_outputs(repo):
@@ -395,3 +398,13 @@ def test_chinese_line_breaks_are_joined_but_code_and_blocks_are_kept():
     assert "English words\n中文开头" in out, "a break next to Latin text stays (it is a space there)"
     assert "代码一\n代码二" in out, "code blocks are left alone"
     assert "- 列表\n- 第二项" in out, "a list item starts with a marker, so it is never joined"
+
+
+def test_a_chinese_page_gets_chinese_labels_and_the_same_code(repo):
+    en, zh = hook.render_code(CORE, "helper"), hook.render_code(CORE, "helper", lang="zh")
+    open_part, header, folded = _split_folded(zh)
+    assert open_part.startswith('```python title="minisgl/core.py（你的起点）"\n'), open_part
+    assert header == '??? warning course-solution "参考实现：helper（先自己动手写）"', header
+    assert "make check CH=1" in folded and "chapters/ch01_core/minisgl/core.py" in folded, folded
+    assert re.findall(r"```python.*?```", en, re.S)[0].split("\n", 1)[1] == \
+        re.findall(r"```python.*?```", zh, re.S)[0].split("\n", 1)[1], "the code itself is the same in both languages"

@@ -53,3 +53,15 @@ def test_the_checker_ignores_type_checking_imports_and_flags_an_upward_import(tm
     assert not cycles(graph)
     assert layer_violations(graph) == [
         "minisgl.engine.engine imports minisgl.scheduler.utils (layer 'llm' sits above 'engine')"]
+
+
+def test_the_checker_flags_the_engine_reaching_into_the_course_or_the_harness(tmp_path):
+    files = _tree(tmp_path, {
+        "minisgl/__init__.py": "",
+        "minisgl/benchmark/__init__.py": "",
+        "minisgl/benchmark/driver.py": "from minisgl.benchmark import metrics\n",
+        "minisgl/benchmark/metrics.py": "def f():\n    from benchmark.report import table\n    import tools.models\n",
+    })
+    assert sorted(problems(files)) == ["minisgl.benchmark.metrics imports benchmark.report",
+                                       "minisgl.benchmark.metrics imports tools.models"], (
+        "the package must run without the harness beside it (benchmark/) and without the course's tools")

@@ -48,6 +48,46 @@ def test_failure_blames_every_mark_when_nothing_tells_them_apart():
     assert course.blame(records, ["A.f", "A.g"]) == {"t": ["A.f", "A.g"]}
 
 
+def test_a_stub_failing_its_own_tests_is_not_cleared_by_a_neighbour_pinned_elsewhere():
+    """Chapter 9 with two bugs: lock_handle's "not locked" error and cache_req's row re-pointing. lock_handle fails
+    its own test; cache_req's tests (marked with every stub they reach, lock_handle included) fail differently. The
+    old rule pinned every failure on lock_handle and showed cache_req done."""
+    tree = ["RadixCache._split", "RadixCache._walk", "RadixCache.insert_prefix"]
+    every = [*tree, "RadixCache.lock_handle", "RadixCache.evict", "CacheManager.cache_req"]
+    raised = dict(error="Failed", message="DID NOT RAISE RuntimeError")
+
+    def rec(test, outcome, stubs, **kw):
+        return {**_record(test, outcome, stubs), **kw}
+
+    records = [rec("locks", "failed", ["RadixCache.lock_handle"], **raised),
+               rec("lru", "failed", [*tree, "RadixCache.lock_handle", "RadixCache.evict"], **raised),
+               rec("split_locks", "passed", [*tree, "RadixCache.lock_handle", "RadixCache.evict"]),
+               rec("evict", "passed", ["RadixCache.evict"]), rec("tree", "passed", tree),
+               *[rec(f"cache_req[{i}]", "failed", every, error="AssertionError", message="the second request now "
+                     "reads the cached copy") for i in range(2)],
+               *[rec(f"hf[{i}]", "passed", every) for i in range(4)],
+               *[rec(f"cached_prompt[{i}]", "failed", every, error="AssertionError", message="second run: got [1]")
+                 for i in range(2)]]
+    blamed = course.blame(records, every)
+    assert blamed["lru"] == ["RadixCache.lock_handle"], "the same error as lock_handle's own failure: its bug"
+    for test in ("cache_req[0]", "cached_prompt[1]"):
+        assert blamed[test] == ["CacheManager.cache_req"], f"{test} blames {blamed[test]}"
+    stubs = [skeleton.Stub("ch09", name, "m.py") for name in every]
+    rows = {name: status for name, status, _, _ in course.stub_status(stubs, records, None)}
+    assert rows["CacheManager.cache_req"] == rows["RadixCache.lock_handle"] == "failing", rows
+    assert rows["RadixCache.evict"] == "done", rows
+
+
+def test_skipped_tests_are_not_counted_against_a_stub():
+    records = [_record("gpu", "skipped", ["A.f"]), _record("cpu", "passed", ["A.f"]),
+               _record("gpu only", "skipped", ["A.g"])]
+    records[2]["message"] = "needs a CUDA GPU"
+    rows = {name: (status, detail) for name, status, detail, _ in
+            course.stub_status([skeleton.Stub("ch17", n, "m.py") for n in ("A.f", "A.g")], records, None)}
+    assert rows["A.f"] == ("done", "1 test passes"), rows
+    assert rows["A.g"] == ("untested", "its 1 test is skipped here: needs a CUDA GPU"), rows
+
+
 def test_check_table_shows_blamed_stub_failing_and_its_neighbours_done():
     stubs = [skeleton.Stub("ch01", name, "m.py") for name in ("A.f", "A.g")]
     records = [_record("t_fg", "failed", ["A.f", "A.g"], frames=["A.f"]), _record("t_g", "passed", ["A.g"])]
@@ -92,6 +132,67 @@ def test_stub_report_records_frames_and_pytest_explanation(tmp_path):
     assert "torch.float32" in explanation, f"pytest's explanation names the dtype: {explanation!r}"
     frames = records["test_raises"]["frames"]
     assert frames[-2:] == ["Req.complete_one", "Req.complete_one.bump"], f"frames of the failure: {frames}"
+
+
+def test_stub_report_counts_skips_at_setup_and_times_tests(tmp_path):
+    (tmp_path / "test_skips.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.skip(reason="needs a CUDA GPU")
+        def test_marked():
+            pass
+
+        def test_inside():
+            pytest.skip("no model here")
+
+        def test_runs():
+            pass
+    """))
+    report = tmp_path / "report.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "tools.stubreport", f"--stub-report={report}", "-q",
+                    "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                   timeout=300)
+    records = {r["test"].split("::")[-1]: r for r in map(json.loads, report.read_text().splitlines())}
+    got = {name: (r["outcome"], r.get("message")) for name, r in records.items()}
+    assert got == {"test_marked": ("skipped", "needs a CUDA GPU"), "test_inside": ("skipped", "no model here"),
+                   "test_runs": ("passed", None)}, got
+    assert all(r["seconds"] >= 0 for r in records.values())
+
+
+def _check_output(monkeypatch, capsys, code: int, records: list[dict], example_code: int = 0) -> tuple[int, str]:
+    """cmd_check's report for a suite run that gave (code, records), and an example that exits with example_code."""
+    monkeypatch.setattr(course, "assemble", lambda n, kind: ROOT / "build" / "ref" / "ch03")
+    monkeypatch.setattr(course, "run_suite", lambda *a, **kw: (code, records, ""))
+    monkeypatch.setattr(course, "cmd_run", lambda *a, **kw: print("example output") or example_code)
+    result = course.cmd_check(3, mine=False, sol=True, verbose=False)
+    return result, capsys.readouterr().out
+
+
+def test_check_says_plainly_when_the_suite_passes_but_the_example_fails(monkeypatch, capsys):
+    passed = [_record(f"t{i}", "passed", []) for i in range(3)]
+    code, out = _check_output(monkeypatch, capsys, 0, passed, example_code=1)
+    assert code == 1 and "chapter 3 is not passing yet: its tests pass, but its example" in out, out
+    assert "failed (exit code 1" in out and "chapter 3 passes" not in out, out
+    code, out = _check_output(monkeypatch, capsys, 0, passed)
+    assert code == 0 and "chapter 3 passes: its tests and its example" in out, out
+
+
+def test_check_counts_skips_and_gives_each_reason_once(monkeypatch, capsys):
+    records = [_record("a", "passed", []), *[_record(f"gpu{i}", "skipped", []) for i in range(4)]]
+    for r in records[1:]:
+        r["message"] = "needs a CUDA GPU and MINISGL_GPU_TESTS=1"
+    _, out = _check_output(monkeypatch, capsys, 0, records)
+    assert "tests: 1 passed, 0 failed, 4 skipped" in out, out
+    assert out.count("needs a CUDA GPU") == 1 and "4 skipped: needs a CUDA GPU and MINISGL_GPU_TESTS=1" in out, out
+
+
+def test_check_names_a_timeout_as_such(monkeypatch, capsys):
+    record = _record("tests/test_ch03_models.py::test_loop", "failed", ["A.f"])
+    record.update(error="Failed", message="Timeout (>120.0s) from pytest-timeout.")
+    monkeypatch.delenv("MINISGL_TEST_TIMEOUT", raising=False)
+    reason = course._failure_reason(record)
+    assert reason.startswith("test_loop: still running after 120 s") and "MINISGL_TEST_TIMEOUT" in reason, reason
 
 
 # ----------------------------------------------------------------------------- planned chapters, MODEL

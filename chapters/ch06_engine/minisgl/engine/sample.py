@@ -43,9 +43,12 @@ def seeded_generator(seed: int, position: int, device: torch.device | str) -> to
 
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Set to -inf every logit outside the row's top-k and outside its top-p nucleus (keeping the best one)."""
+    """Set to -inf every logit outside the row's top-k and outside its top-p nucleus (keeping the best one). Both
+    filters read the same distribution, the softmax of the whole row, as SGLang's samplers do (Hugging Face
+    renormalises what top-k kept before its top-p: the two differ where both filters bind)."""
     # TODO(ch06): sort each row descending; drop ranks >= k (k = -1 keeps all); drop tokens whose preceding
-    # cumulative probability already reaches top_p; scatter the mask back to vocabulary order.
+    # cumulative probability (of the softmax of the whole sorted row) already reaches top_p; always keep rank 0;
+    # scatter the result back to vocabulary order.
     raise NotImplementedError("TODO(ch06): top_k_top_p_filter")
 
 

@@ -83,7 +83,9 @@ class RadixCache(BasePrefixCache):
         node matched and the matched length."""
         # TODO(ch09): from the root, look up the child under the next page of ids; count the common tokens
         # (_common_len); split the child if the match ends inside it; advance. Stop when ids are used up or no
-        # child matches. Stamp last_access with a fresh tick of self._clock on every node on the way.
+        # child matches. One tick per walk: add 1 to self._clock once, at the start (a walk that matches nothing
+        # too), and stamp that value as last_access on every node on the way (not only the last one: LRU reads
+        # the stamps of the shared nodes too).
         raise NotImplementedError("TODO(ch09): RadixCache._walk")
 
     def slots(self, handle: CacheHandle) -> torch.Tensor:
@@ -104,13 +106,15 @@ class RadixCache(BasePrefixCache):
             raise ValueError(f"insert needs whole pages of ids and one slot per id ({len(ids)} ids, {len(slots)} slots)")
         # TODO(ch09): walk as far as the tree already has ids; hang the rest (if any) under the last node as a
         # new leaf (key ids[pos:], value a copy of slots[pos:]: the caller's page-table row changes later),
-        # stamped with the current clock and counted as evictable. Return (matched length, handle to the end).
+        # stamped with the current clock (the walk's tick) and counted as evictable. Return (matched length,
+        # handle to the end).
         raise NotImplementedError("TODO(ch09): RadixCache.insert_prefix")
 
     def lock_handle(self, handle: CacheHandle, unlock: bool = False) -> None:
         # TODO(ch09): walk from handle.node up to (not including) the root; locking adds 1 to each ref_count,
         # unlocking subtracts 1. A node going 0 -> 1 moves its length from evictable to protected, 1 -> 0 back.
-        # A handle with no node (nothing cached) locks nothing.
+        # A handle with no node (nothing cached) locks nothing. Unlocking a node whose ref_count is already 0 is
+        # RuntimeError("unlock of a prefix that is not locked") (the tests match "not locked").
         raise NotImplementedError("TODO(ch09): RadixCache.lock_handle")
 
     def evict(self, num_slots: int) -> torch.Tensor:

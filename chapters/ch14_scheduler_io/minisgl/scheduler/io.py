@@ -58,15 +58,16 @@ class SchedulerIO:
         # TODO(ch14): a UserMsg becomes a PendingReq added to the scheduler; a ValueError (it can never run here)
         #   becomes ErrorMsg(uid, message) in the outbox. AbortBackendMsg -> scheduler.abort_request (a request
         #   that already finished is no error); GetStatusMsg -> StatusMsg(uid, self.status()); ExitMsg ends the
-        #   loop. (Batches never come here: receive_msgs unwraps them.)
+        #   loop (self.running = False). Any other type is MessageError(f"the scheduler does not handle
+        #   {type(msg).__name__}"). (Batches never come here: receive_msgs unwraps them.)
         raise NotImplementedError("TODO(ch14): SchedulerIO.process_msg")
 
     def send_results(self) -> None:
         """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
         # TODO(ch14): for each recorded (req, token): the request is finished if it is in scheduler.finished
         #   (take it out: nobody else collects it); its finish_reason is "stop" for an EOS token it did not
-        #   ignore, else "length". Send the DetokenizeMsgs and the outbox together in one frame (batched), then
-        #   clear both lists.
+        #   ignore, else "length". Send the DetokenizeMsgs and the outbox together in one frame (batched, which
+        #   takes a non-empty list: with nothing to send, send nothing), then clear both lists.
         raise NotImplementedError("TODO(ch14): SchedulerIO.send_results")
 
     def status(self) -> dict[str, int]:
@@ -88,9 +89,11 @@ class SchedulerIO:
         last: ForwardData | None = None  # the batch in flight (overlap scheduling)
         try:
             while self.running:
-                # TODO(ch14): block for messages only when nothing is in flight and nothing waits or runs (then
-                #   return if not alive()); process every message; run one step: overlap_step(last) with overlap
-                #   on, step() otherwise; send the results.
+                # TODO(ch14): block for messages only when nothing is in flight and nothing waits or runs; return
+                #   only then, when that blocking receive got nothing and alive() is false (while work remains,
+                #   the loop goes on whatever alive() says; an ExitMsg ends it through self.running). Otherwise
+                #   process every message; run one step: overlap_step(last) with overlap on, step() otherwise;
+                #   send the results.
                 raise NotImplementedError("TODO(ch14): SchedulerIO.run_forever")
         except BaseException:
             sched.abort_all()
@@ -116,7 +119,9 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
             # pool when that is smaller (a request needs a slot for every token but its last).
             slots = scheduler.cache_manager.num_slots
             ready.put({"worker": "scheduler", "max_seq_len": min(engine.max_seq_len, slots + 1),
-                       "vocab_size": engine.model_config.vocab_size, "total_slots": slots})
+                       "vocab_size": engine.model_config.vocab_size, "total_slots": slots,
+                       "page_size": scheduler.cache_manager.page_size,
+                       "max_running_reqs": engine.config.max_running_reqs})
         io.run_forever(alive=lambda: os.getppid() == parent)
         recv.stop()
         send.stop()

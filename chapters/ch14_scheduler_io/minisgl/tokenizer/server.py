@@ -58,9 +58,11 @@ class TokenizerWorker:
         """A new request: its prompt becomes token ids for the scheduler, and its stream is opened for the replies.
         A prompt that cannot run is answered at once with an ErrorReply (the scheduler never sees it)."""
         # TODO(ch14): tokenize msg.text (a ValueError becomes ErrorReply(uid, message) to the front end); with
-        #   msg.auto_max_tokens, set max_tokens to all the room left in max_seq_len; open the request's stream
-        #   (open_stream, with its stop strings and stop token ids), and send a UserMsg (ids as an int32 tensor)
-        #   to the scheduler.
+        #   msg.auto_max_tokens, set max_tokens to all the room left in max_seq_len (max_seq_len - prompt length;
+        #   in place on msg.sampling_params or on a copy: the message is this process's own); open the request's
+        #   stream (open_stream, with its stop strings and stop token ids), and send a UserMsg (ids as an int32
+        #   tensor) to the scheduler. A uid that already has a stream is the sender's bug, not a bad prompt:
+        #   open_stream's ValueError goes up uncaught (the front end never reuses a uid).
         raise NotImplementedError("TODO(ch14): TokenizerWorker.tokenize")
 
     def open_stream(self, uid: int, prompt_tokens: int, stop: list[str] = (), stop_token_ids: list[int] = ()) -> None:

@@ -1,18 +1,22 @@
 """The HTTP front end: an OpenAI-compatible API over the worker processes (FastAPI + uvicorn).
 
-Each request gets a uid and a queue. A TokenizeMsg starts it in the tokenizer process; a thread receives the
-replies (UserReply pieces, ErrorReply, StatusReply) and hands each to its request's queue on the event loop. A
-streamed request sends every piece as a server-sent event; the others wait for the end. A client that goes away
-(or an /abort_request) aborts its request, and a worker that dies makes every request answer 503 and the server
-exit.
+Each request gets a uid (for the messages) and a random response id (for the client), and a queue. A TokenizeMsg
+starts it in the tokenizer process; a thread receives the replies (UserReply pieces, ErrorReply, StatusReply) and
+hands each to its request's queue on the event loop, timing the request on the way (/metrics). A streamed request
+sends every piece as a server-sent event; the others wait for the end. A client that goes away (or an
+/abort_request) aborts its request. A worker that dies makes every request answer 503 and the server exit; a
+shutdown (Ctrl-C, SIGTERM) ends every open stream with an error event first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
+import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -22,33 +26,51 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from minisgl.message import AbortMsg, ErrorReply, GetStatusMsg, MessageError, StatusReply, UserReply, unwrap
+from minisgl.message import (AbortMsg, ErrorReply, GetStatusMsg, MessageError, StatusReply, UserReply, unwrap)
 from minisgl.server.args import ServerArgs
 from minisgl.server.launch import Workers
-from minisgl.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
+from minisgl.server.metrics import Metrics, RequestTimes, request_line
+from minisgl.server.protocol import (AbortRequest, APIError, ChatCompletionRequest, CompletionRequest,
+                                     to_tokenize_msg)
 
 DISCONNECT_POLL_S = 0.25  # how often a waiting request checks that its client is still there
 CHAT_PAGE = Path(__file__).with_name("chat.html")
 
 
 class WorkerGone:
-    """Put in every waiting queue when a worker dies."""
+    """Put in every waiting queue when a worker dies, or when the server shuts down."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
 
-class Frontend:
-    """The front end's side of the workers: uids, one queue per request, and the thread that fills them."""
+def new_request_id(chat: bool) -> str:
+    """A response id as OpenAI's look: a prefix and a random part, so that nobody can guess another client's id
+    (POST /abort_request takes it)."""
+    return f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
 
-    def __init__(self, workers: Workers, on_dead=lambda reason: None) -> None:
+
+class Frontend:
+    """The front end's side of the workers: uids, one queue per request, and the thread that fills them.
+
+    `metrics` (optional) gets each request's first token and its end; with `log_requests` a line per finished
+    request is printed too."""
+
+    def __init__(self, workers: Workers, on_dead=lambda reason: None, metrics: Metrics | None = None,
+                 log_requests: bool = False) -> None:
         self.workers = workers
         self.on_dead = on_dead
+        self.metrics, self.log_requests = metrics, log_requests
         self.queues: dict[int, asyncio.Queue] = {}
+        self.ids: dict[str, int] = {}  # response id -> uid, while the request runs
+        self.rids: dict[int, str] = {}  # and back
+        self.times: dict[int, RequestTimes] = {}  # uid -> its times, until its last reply
         self.uids = itertools.count()
-        self.dead: str | None = None
+        self.dead: str | None = None  # why a worker died
+        self.closing: str | None = None  # why the server stops (a shutdown)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -59,6 +81,8 @@ class Frontend:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the reply thread (safe to call twice). Called while the event loop still runs: a reply handed to
+        a closed loop would end the thread with "Event loop is closed"."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -72,42 +96,95 @@ class Frontend:
                 print(f"front end: dropped a bad frame: {e}", file=sys.stderr, flush=True)
                 continue
             if msg is not None:
-                self.loop.call_soon_threadsafe(self._dispatch, unwrap(msg))
+                call, args = self._dispatch, (unwrap(msg),)
             elif (reason := self.workers.dead_worker()) is not None:
-                self.loop.call_soon_threadsafe(self._fail_all, reason)
+                call, args = self._fail_all, (reason,)
+            else:
+                continue
+            try:
+                self.loop.call_soon_threadsafe(call, *args)
+            except RuntimeError:  # the loop has closed: the server is gone, and nobody waits for replies
+                return
+            if call == self._fail_all:
                 return
 
     def _dispatch(self, replies: list) -> None:
         for reply in replies:
+            if reply.uid in self.times:
+                self._time(reply)
             queue = self.queues.get(reply.uid)
             if queue is not None:  # else: its client left, and the abort's reply came back
                 queue.put_nowait(reply)
 
+    def _time(self, reply) -> None:
+        """A request's first token and its end, for /metrics and the request log."""
+        now = time.perf_counter()
+        times = self.times[reply.uid]
+        if not isinstance(reply, UserReply):  # refused: it never ran
+            del self.times[reply.uid]
+            return
+        if times.first_token is None and self.metrics is not None:
+            self.metrics.first_token(times, now)
+        elif times.first_token is None:
+            times.first_token = now
+        if reply.finished:
+            del self.times[reply.uid]
+            tpot = None
+            if self.metrics is not None:
+                tpot = self.metrics.request_finished(times, now, reply.prompt_tokens, reply.completion_tokens,
+                                                     reply.finish_reason)
+            if self.log_requests:
+                print(request_line(times, now, reply.prompt_tokens, reply.completion_tokens, reply.finish_reason,
+                                   tpot), flush=True)
+
     def _fail_all(self, reason: str) -> None:
         self.dead = reason
-        for queue in self.queues.values():
-            queue.put_nowait(WorkerGone(reason))
+        self._end_all(f"the server is shutting down: {reason}")
         self.on_dead(reason)
 
-    def check_alive(self) -> None:
-        if self.dead is not None:
-            raise APIError(503, f"the server is shutting down: {self.dead}", type="service_unavailable")
+    def close(self, reason: str = "the server is shutting down") -> None:
+        """The server stops: every waiting request answers 503 and every open stream ends with an error event."""
+        if self.closing is None and self.dead is None:
+            self.closing = reason
+            self._end_all(reason)
 
-    def submit(self, req: CompletionRequest | ChatCompletionRequest) -> tuple[int, asyncio.Queue]:
-        """Start a request: its uid and the queue its replies arrive in (APIError if it is refused here)."""
+    def _end_all(self, reason: str) -> None:
+        for queue in self.queues.values():
+            queue.put_nowait(WorkerGone(reason))
+        self.times.clear()
+
+    def check_alive(self) -> None:
+        if self.dead is not None or self.closing is not None:
+            why = self.closing if self.dead is None else f"the server is shutting down: {self.dead}"
+            raise APIError(503, why, type="service_unavailable")
+
+    def submit(self, req: CompletionRequest | ChatCompletionRequest, rid: str) -> tuple[int, asyncio.Queue]:
+        """Start a request under the response id `rid`: its uid and the queue its replies arrive in (APIError if
+        it is refused here)."""
         self.check_alive()
         uid = next(self.uids)
         msg = to_tokenize_msg(uid, req)
         queue = self.queues[uid] = asyncio.Queue()
+        self.ids[rid], self.rids[uid] = uid, rid
+        self.times[uid] = RequestTimes(rid)
         self.workers.to_tokenizer.put(msg)
         return uid, queue
+
+    def uid_of(self, rid: str) -> int | None:
+        """The uid of the running request with this response id."""
+        return self.ids.get(rid)
 
     def abort(self, uid: int) -> None:
         if self.queues.pop(uid, None) is not None and self.dead is None:
             self.workers.to_tokenizer.put(AbortMsg(uid))
+        self._forget(uid)
 
     def finish(self, uid: int) -> None:
         self.queues.pop(uid, None)
+        self._forget(uid)
+
+    def _forget(self, uid: int) -> None:
+        self.ids.pop(self.rids.pop(uid, ""), None)
 
     async def status(self, timeout: float = 10.0) -> dict:
         self.check_alive()
@@ -136,18 +213,24 @@ async def next_reply(queue: asyncio.Queue, request: Request) -> UserReply | Erro
                 return None
 
 
-def raise_for(reply: ErrorReply | WorkerGone) -> None:
+def error_of(reply: ErrorReply | WorkerGone) -> APIError:
+    """The error a reply that is not text stands for: a refused prompt is a 400, a dead worker or a shutdown a 503.
+    A request that has not answered yet gets it as its response, a stream as its last event."""
     if isinstance(reply, WorkerGone):
-        raise APIError(503, f"the server is shutting down: {reply.reason}", type="service_unavailable")
-    raise APIError(400, reply.message, param="prompt")
+        return APIError(503, reply.reason, type="service_unavailable")
+    return APIError(400, reply.message, param="prompt")
+
+
+def raise_for(reply: ErrorReply | WorkerGone) -> None:
+    raise error_of(reply)
 
 
 class Completion:
     """How one endpoint's responses look: plain completions or chat (object names, where the text goes)."""
 
-    def __init__(self, chat: bool, model: str, uid: int) -> None:
+    def __init__(self, chat: bool, model: str, rid: str | None = None) -> None:
         self.chat, self.model = chat, model
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uid}"
+        self.id = rid or new_request_id(chat)
         self.created = int(time.time())
 
     def _object(self, obj: str, choices: list, usage: dict | None = None) -> dict:
@@ -188,8 +271,8 @@ def sse(data: dict | str) -> str:
 async def complete(frontend: Frontend, req: CompletionRequest | ChatCompletionRequest, request: Request,
                    model: str) -> JSONResponse | StreamingResponse:
     """Run one request to the end (one JSON body) or stream it (server-sent events, then `data: [DONE]`)."""
-    uid, queue = frontend.submit(req)
-    shape = Completion(isinstance(req, ChatCompletionRequest), model, uid)
+    shape = Completion(isinstance(req, ChatCompletionRequest), model)
+    uid, queue = frontend.submit(req, shape.id)
     # TODO(ch15): wait for the first reply (next_reply; None: the client left, abort and return). An ErrorReply
     #   or WorkerGone raises (raise_for) before any response starts. Without streaming, collect the pieces until
     #   a finished reply and answer shape.full(text, last reply). With streaming, return a StreamingResponse
@@ -204,22 +287,52 @@ async def events(frontend: Frontend, uid: int, queue: asyncio.Queue, reply: User
     # TODO(ch15): one chunk per reply, also when its text is empty (held back: a client still sees the token's
     #   time), the chat's first chunk also carrying the assistant role;
     #   the finish_reason goes in a last chunk of its own; with stream_options.include_usage, a chunk with empty
-    #   choices and the usage follows; then "data: [DONE]". A WorkerGone becomes an error event and the stream
-    #   ends. If the stream ends early (the client left: next_reply gives None, or the generator is closed),
-    #   the request is aborted; otherwise its queue is given back.
+    #   choices and the usage follows; then "data: [DONE]". A WorkerGone becomes an error event (the body of
+    #   error_of, as a request that had not started would get it) and "data: [DONE]". If the stream ends early
+    #   (the client left: next_reply gives None, or the generator is closed, or a WorkerGone came), the request is
+    #   aborted; otherwise its queue is given back.
     raise NotImplementedError("TODO(ch15): events")
     yield  # never reached: it keeps this function a generator, as the solution is
 
 
-def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> FastAPI:
+class APIKeyMiddleware:
+    """With an API key set, every /v1 route and every request that may change something (any method but GET,
+    HEAD, OPTIONS: /abort_request) needs `Authorization: Bearer <key>`; the chat page, /health and /metrics stay
+    open. A plain ASGI middleware: Starlette's @app.middleware("http") (BaseHTTPMiddleware) would hand the
+    endpoints a `receive` that never reports a disconnect, so a request waiting for its answer would outlive its
+    client."""
+
+    OPEN_METHODS = ("GET", "HEAD", "OPTIONS")
+
+    def __init__(self, app, api_key: str | None) -> None:
+        self.app = app
+        self.want = f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self.want is not None and scope["type"] == "http" and (
+                scope["path"].startswith("/v1") or scope["method"] not in self.OPEN_METHODS):
+            got = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(got, self.want):
+                body = APIError(401, "invalid or missing API key", code="invalid_api_key").body()
+                await JSONResponse(body, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_size: int = 1) -> FastAPI:
+    model = args.served_model_name
+    if frontend.metrics is None:
+        frontend.metrics = Metrics(model)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         frontend.start(asyncio.get_running_loop())  # replies reach the queues from the server's own loop
-        print(f"serving {args.served_model_name} on http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)
+        print(startup_line(args, frontend.workers), flush=True)
         yield
+        frontend.stop()  # while the loop still runs (see Frontend.stop)
 
-    app = FastAPI(title="mini-sglang", docs_url=None, redoc_url=None, lifespan=lifespan)
-    model = args.served_model_name
+    app = FastAPI(title="mini-sglang", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, e: APIError) -> JSONResponse:
@@ -230,6 +343,14 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> Fast
         """A bug, not a bad request: the client gets a 500 that names it, and the server goes on serving."""
         error = APIError(500, f"internal error: {type(e).__name__}: {e}", type="internal_server_error")
         return JSONResponse(error.body(), status_code=500)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        """An unknown path or a wrong method, in OpenAI's words and error shape."""
+        where = f"{request.method} {request.url.path}"
+        message = {404: f"Invalid URL ({where})", 405: f"Invalid method for URL ({where})"}.get(e.status_code,
+                                                                                              str(e.detail))
+        return JSONResponse(APIError(e.status_code, message).body(), status_code=e.status_code, headers=e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -244,27 +365,31 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> Fast
             message = f"{where or 'body'}: {err.get('msg')}"
         return JSONResponse(APIError(400, message, param=loc[0] if loc else None).body(), status_code=400)
 
-    @app.middleware("http")
-    async def check_api_key(request: Request, call_next):
-        if args.api_key and request.url.path.startswith("/v1"):
-            if request.headers.get("authorization") != f"Bearer {args.api_key}":
-                body = APIError(401, "invalid or missing API key", code="invalid_api_key").body()
-                return JSONResponse(body, status_code=401)
-        return await call_next(request)
-
     def check_model(name: str | None) -> None:
         if name is not None and name != model:
             raise APIError(404, f"the model {name!r} does not exist; this server has {model!r}", param="model",
                            code="model_not_found")
 
+    card = {"id": model, "object": "model", "created": 0, "owned_by": "minisgl", "max_model_len": max_model_len}
+
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", **(await frontend.status())}
 
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus' text format (see metrics.py)."""
+        status = await frontend.status()
+        return Response(frontend.metrics.render(status, page_size), media_type=Metrics.CONTENT_TYPE)
+
     @app.get("/v1/models")
     async def models() -> dict:
-        card = {"id": model, "object": "model", "created": 0, "owned_by": "minisgl", "max_model_len": max_model_len}
         return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{name:path}")
+    async def model_card(name: str) -> dict:
+        check_model(name)
+        return card
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
@@ -277,16 +402,14 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> Fast
         return await complete(frontend, req, request, model)
 
     @app.post("/abort_request")
-    async def abort_request(request: Request) -> dict:
+    async def abort_request(body: AbortRequest) -> dict:
         """Abort a running request by its response id (SGLang has the same endpoint): it ends with "abort"."""
-        body = await request.json()
-        rid = body.get("id") if isinstance(body, dict) else None
-        uid = int(rid.rsplit("-", 1)[1]) if isinstance(rid, str) and rid.rsplit("-", 1)[-1].isdigit() else None
-        if uid is None or uid not in frontend.queues:
-            raise APIError(404, f"no running request has the id {rid!r}", param="id")
+        uid = frontend.uid_of(body.id)
+        if uid is None:
+            raise APIError(404, f"no running request has the id {body.id!r}", param="id")
         frontend.check_alive()
         frontend.workers.to_tokenizer.put(AbortMsg(uid))  # its stream ends with finish_reason "abort"
-        return {"aborted": rid}
+        return {"aborted": body.id}
 
     @app.get("/", response_class=HTMLResponse)
     async def chat_page() -> str:
@@ -295,32 +418,65 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int) -> Fast
     return app
 
 
+def startup_line(args: ServerArgs, workers: Workers) -> str:
+    """What a user needs to know once the server listens: where, the chat page, and the limits it runs with."""
+    url = f"http://{args.host}:{args.port}"
+    pages = workers.total_slots // workers.page_size
+    return (f"serving {args.served_model_name} on {url} (chat page {url}/; Ctrl-C stops): KV pool "
+            f"{workers.total_slots} tokens ({pages} pages of {workers.page_size}), max_seq_len {workers.max_seq_len}, "
+            f"up to {workers.max_running_reqs} running requests")
+
+
 def run_api_server(args: ServerArgs) -> int:
     """Start the workers, serve until Ctrl-C/SIGTERM or a worker's death, and stop everything. The exit code is
     1 when a worker died."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        """uvicorn's server, ending every open request first when it shuts down: left to itself, it would wait for
+        the open streams to end and then cut them without a last event."""
+
+        async def shutdown(self, sockets=None) -> None:
+            frontend.close()
+            await super().shutdown(sockets)
+
+    def interrupt(*_) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM while the workers start stops them as Ctrl-C does (the `with` below stops what has started).
+    signal.signal(signal.SIGTERM, interrupt)
     print(f"starting the workers for {args.model_path} ...", flush=True)
-    with Workers(args.model_path, args.engine_args, args.scheduler_args) as workers:
-        server: uvicorn.Server | None = None
+    try:
+        with Workers(args.model_path, args.engine_args, args.scheduler_args) as workers:
+            # This process binds the port and hands the socket to uvicorn: with --port 0 the system picks a free
+            # one, and no other process can take it between the choice and the listening.
+            try:
+                sock = socket.create_server((args.host, args.port), family=socket.AF_INET6 if ":" in args.host
+                                            else socket.AF_INET)
+            except OSError as e:
+                print(f"error: cannot listen on {args.host}:{args.port}: {e.strerror or e}", flush=True)
+                return 1
+            args = dataclasses.replace(args, port=sock.getsockname()[1])  # the port chosen, for the start-up line
+            server: Server | None = None
 
-        def on_dead(reason: str) -> None:
-            print(f"error: {reason}; stopping the server", flush=True)
-            server.should_exit = True
+            def on_dead(reason: str) -> None:
+                print(f"error: {reason}; stopping the server", flush=True)
+                server.should_exit = True
 
-        frontend = Frontend(workers, on_dead)
-        app = create_app(frontend, args, workers.max_seq_len)
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                timeout_graceful_shutdown=3)
-        server = uvicorn.Server(config)
-        # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: let it end the run here,
-        # so that leaving the `with` stops the workers (no process is left behind).
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        try:
-            server.run()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            frontend.stop()
-        print("stopped", flush=True)
-        return 1 if frontend.dead is not None else 0
+            frontend = Frontend(workers, on_dead, Metrics(args.served_model_name), args.log_requests)
+            app = create_app(frontend, args, workers.max_seq_len, workers.page_size)
+            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3)
+            server = Server(config)
+            # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again once it has put these
+            # handlers back: they only note it, so the run ends here and leaving the `with` stops the workers.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: None)
+            try:
+                server.run(sockets=[sock])
+            finally:
+                frontend.stop()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the workers started: they are stopped
+        print("stopped while starting", flush=True)
+        return 0
+    print("stopped", flush=True)
+    return 1 if frontend.dead is not None else 0

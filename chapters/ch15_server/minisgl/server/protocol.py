@@ -3,6 +3,10 @@
 Requests are parsed strictly (a string is not a number, a bool is not an integer) and unknown fields are refused:
 a parameter the engine would ignore is a 400 naming it, never dropped in silence. Parameters OpenAI defines but
 the engine does not support (n > 1, logprobs, penalties, tools) are accepted only at their do-nothing values.
+Fields that change nothing in the answer are accepted, as SGLang and vLLM accept them: `user`, `store`,
+`metadata`, `parallel_tool_calls` (there are no tools), a message's `name` (passed to the chat template), an
+assistant message whose `content` is null, and the `developer` role, which OpenAI's newer models use for what
+the others call `system` (chat templates know only `system`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,15 @@ class StreamOptions(Strict):
 
 
 class Message(Strict):
-    role: Literal["system", "user", "assistant"]
-    content: str | list[dict[str, Any]]
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[dict[str, Any]] | None  # null only for an assistant turn (one that called tools)
+    name: str | None = None  # the speaker's name: the chat template may use it
+
+
+class AbortRequest(Strict):
+    """The body of POST /abort_request."""
+
+    id: str  # the response id of the running request
 
 
 class Common(Strict):
@@ -80,6 +91,10 @@ class ChatCompletionRequest(Common):
     functions: list[Any] | None = None
     function_call: Any = None
     response_format: dict[str, Any] | None = None
+    # Accepted and ignored: they change nothing in the answer.
+    store: bool | None = None  # OpenAI keeps the completion for its dashboard; this server keeps nothing
+    metadata: dict[str, str] | None = None  # tags for stored completions
+    parallel_tool_calls: bool | None = None  # how tools may be called: there are no tools here
 
 
 # field -> the values that ask for nothing; anything else is refused with a 400
@@ -106,7 +121,7 @@ def prompt_of(req: CompletionRequest | ChatCompletionRequest) -> str | list:
     if isinstance(req, ChatCompletionRequest):
         if not req.messages:
             raise APIError(400, "messages must not be empty", param="messages")
-        return [{"role": m.role, "content": _text_content(m.content, i)} for i, m in enumerate(req.messages)]
+        return [_chat_message(m, i) for i, m in enumerate(req.messages)]
     prompt = req.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         if len(prompt) != 1:
@@ -115,6 +130,17 @@ def prompt_of(req: CompletionRequest | ChatCompletionRequest) -> str | list:
     if len(prompt) == 0:
         raise APIError(400, "the prompt is empty", param="prompt")
     return prompt
+
+
+def _chat_message(m: Message, index: int) -> dict[str, str]:
+    """A message as the chat template takes it: developer -> system, a null assistant content -> ""."""
+    if m.content is None and m.role != "assistant":
+        raise APIError(400, f"messages[{index}]: a {m.role} message needs a content", param=f"messages[{index}]")
+    message = {"role": "system" if m.role == "developer" else m.role,
+               "content": "" if m.content is None else _text_content(m.content, index)}
+    if m.name is not None:
+        message["name"] = m.name
+    return message
 
 
 def _text_content(content: str | list[dict[str, Any]], index: int) -> str:

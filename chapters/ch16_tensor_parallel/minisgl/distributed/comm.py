@@ -20,12 +20,21 @@ _CPU_GROUP: Any = None
 IDLE_TIMEOUT = timedelta(days=1)
 
 
-def init_process_groups(rank: int, size: int, port: int, device: torch.device) -> None:
-    """Join the group of `size` ranks rendezvousing on 127.0.0.1:port and record this rank's info."""
+def rendezvous_store() -> dist.TCPStore:
+    """The store one group's ranks meet at, served by the process that starts them. Port 0: the system picks a
+    free port and this process keeps it bound while the store lives, so no other process can take it before the
+    ranks arrive (choosing a free port, closing it and handing the number on leaves that window open)."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=IDLE_TIMEOUT)
+
+
+def init_process_groups(rank: int, size: int, store_port: int, device: torch.device) -> None:
+    """Join the group of `size` ranks meeting at the store on 127.0.0.1:store_port (rendezvous_store) and record
+    this rank's info."""
     global _CPU_GROUP
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
-                            timeout=IDLE_TIMEOUT, device_id=device if device.type == "cuda" else None)
+    store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=IDLE_TIMEOUT)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=IDLE_TIMEOUT,
+                            device_id=device if device.type == "cuda" else None)
     _CPU_GROUP = dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT) if backend == "nccl" else dist.group.WORLD
     set_tp_info(DistributedInfo(rank, size))
 

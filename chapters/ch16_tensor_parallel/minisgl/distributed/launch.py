@@ -9,20 +9,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
-import socket
 import traceback
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
 import torch
 
-from minisgl.distributed.comm import destroy_process_groups, init_process_groups
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from minisgl.distributed.comm import destroy_process_groups, init_process_groups, rendezvous_store
 
 
 def send_failure(conn: Connection, error: BaseException) -> None:
@@ -47,11 +40,14 @@ def rank_failure(rank: int, message: tuple | None, exitcode: int | None) -> Base
                         "the other ranks were stopped")
 
 
-def _rank_entry(rank: int, size: int, port: int, device: str, fn: Callable, args: tuple, conn: Connection) -> None:
+def _rank_entry(rank: int, size: int, store_port: int, device: str, fn: Callable, args: tuple,
+                conn: Connection) -> None:
     try:
         torch.set_num_threads(1)
-        init_process_groups(rank, size, port, torch.device(device))
-        conn.send(("ok", fn(*args)))
+        init_process_groups(rank, size, store_port, torch.device(device))
+        # Plain pickle: a tensor travels by value. Torch's own reducer (what conn.send uses) passes a file
+        # descriptor that the parent fetches from this process, which may have exited by then.
+        conn.send_bytes(pickle.dumps(("ok", fn(*args))))
         destroy_process_groups()
     except BaseException as error:
         send_failure(conn, error)
@@ -62,12 +58,12 @@ def run_on_ranks(fn: Callable, size: int, args: tuple = (), device: str = "cpu",
     """fn(*args) on `size` spawned ranks of one group (device: "cpu" for gloo; "cuda" puts rank r on GPU r,
     NCCL). Every rank's return value, in rank order. The first rank error is raised here."""
     spawn = mp.get_context("spawn")
-    port, pipes, procs = free_port(), [], []
+    store, pipes, procs = rendezvous_store(), [], []  # lives until every rank is done
     for rank in range(size):
         parent, child = spawn.Pipe(duplex=False)
         rank_device = f"cuda:{rank}" if device.startswith("cuda") else device
         procs.append(spawn.Process(target=_rank_entry, daemon=True,
-                                   args=(rank, size, port, rank_device, fn, args, child)))
+                                   args=(rank, size, store.port, rank_device, fn, args, child)))
         procs[-1].start()
         child.close()
         pipes.append(parent)

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from minisgl.distributed import (broadcast_object, destroy_process_groups, gather_objects, get_tp_info,
-                                 init_process_groups, split_heads)
-from minisgl.distributed.launch import free_port, rank_failure, send_failure
+                                 init_process_groups, rendezvous_store, split_heads)
+from minisgl.distributed.launch import rank_failure, send_failure
 from minisgl.engine import EngineConfig
 from minisgl.env import ENV
 from minisgl.models import ModelConfig
@@ -60,7 +60,7 @@ def receive_work(llm: Any, conn: Connection | None) -> list | None:
     raise NotImplementedError("TODO(ch16): receive_work")
 
 
-def rank_main(rank: int, size: int, port: int, llm_class: type, model_path: str, rank_args: dict, device: str,
+def rank_main(rank: int, size: int, store_port: int, llm_class: type, model_path: str, rank_args: dict, device: str,
               conn: Connection) -> None:
     """One rank's process: join the group, build the engine on this rank's slice, serve generate calls.
 
@@ -71,7 +71,7 @@ def rank_main(rank: int, size: int, port: int, llm_class: type, model_path: str,
         device = rank_device(device, rank)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        init_process_groups(rank, size, port, torch.device(device))
+        init_process_groups(rank, size, store_port, torch.device(device))
         llm = llm_class(model_path, **{**rank_args, "device": device})
         work = conn if rank == 0 else None
         if work is not None:
@@ -105,13 +105,13 @@ class TPGroup:
 
     def __init__(self, size: int, llm_class: type, model_path: Any, rank_args: dict, device: str) -> None:
         spawn = mp.get_context("spawn")  # fork would copy this process's threads and CUDA state
-        port = free_port()
+        self._store = rendezvous_store()  # the ranks meet here; kept until shutdown
         self.processes, self._conns = [], []
         for rank in range(size):
             parent, child = spawn.Pipe()
             self.processes.append(spawn.Process(
                 target=rank_main, name=f"minisgl-tp{rank}", daemon=True,
-                args=(rank, size, port, llm_class, str(model_path), rank_args, device, child)))
+                args=(rank, size, self._store.port, llm_class, str(model_path), rank_args, device, child)))
             self.processes[-1].start()
             child.close()  # only the rank holds it now: its death closes the pipe
             self._conns.append(parent)
@@ -179,3 +179,4 @@ class TPGroup:
                 p.join()
         for conn in self._conns:
             conn.close()
+        self._store = None

@@ -30,7 +30,8 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype, page_si
     # head_dim a power of two >= 16, what the kernels take), else "fa"; otherwise "triton" on CUDA if the
     # kernels can run; else "torch".
     # An explicit "fa" or "hybrid" off CUDA, or "triton" off CUDA without TRITON_INTERPRET=1 (Triton's CPU
-    # interpreter), is a ValueError naming the backend and the device.
+    # interpreter), is ValueError(f"the {name!r} attention backend needs a CUDA device, not {device}"); an
+    # unknown name is a ValueError naming it.
     raise NotImplementedError("TODO(ch17): resolve_backend")
 
 

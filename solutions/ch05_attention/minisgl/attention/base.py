@@ -37,7 +37,8 @@ def make_metadata(batch: Batch, device: torch.device | str) -> BaseAttnMetadata:
     already queued there, which would stall the CPU once per batch (chapter 11 overlaps that time away).
     """
     # TODO(ch05): build cu_seqlens_q from extend lengths and cu_seqlens_k from device lengths (int32, with a
-    # leading 0), plus seq_lens, cached_lens, table_idx and the two maxima.
+    # leading 0), plus seq_lens (device lengths) and cached_lens, both int32 too, table_idx (int64: it indexes
+    # the page table) and the two maxima as Python ints. All built on the CPU, then moved to `device`.
     # >>> solution
     extend = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32)
     seq_lens = torch.tensor([r.device_len for r in batch.reqs], dtype=torch.int32)

@@ -4,11 +4,16 @@ The process that creates `Workers` is the front end: it sends TokenizeMsg/AbortM
 receives UserReply/ErrorReply/StatusReply from it. The queues are ZMQ sockets on `ipc://` files in a private
 temporary folder. Workers report ready (or why they could not start) on a multiprocessing queue; a worker that
 dies is noticed by `dead_worker()`, and `stop()` always leaves no process behind.
+
+Each worker runs in a process group of its own: a signal sent to the front end's group (Ctrl-C in a terminal, a
+supervisor's SIGTERM to the group) reaches the front end only, which then stops the workers in order, instead of
+killing them under it (a worker killed so would look like a crash).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import shutil
 import tempfile
@@ -33,6 +38,12 @@ class Addresses:
         return cls(*(f"ipc://{folder / name}" for name in ("backend", "tokenizer", "frontend")))
 
 
+def _in_own_group(target, *args) -> None:
+    """A worker's entry point: leave the parent's process group, then run the worker."""
+    os.setpgid(0, 0)
+    target(*args)
+
+
 class WorkerError(RuntimeError):
     """A worker could not start, or died."""
 
@@ -41,8 +52,9 @@ class Workers:
     """The two worker processes of one server and the front end's ends of the queues.
 
     engine_args go to EngineConfig, scheduler_args to Scheduler (max_extend_tokens, overlap). The constructor
-    returns once both workers are ready (WorkerError if one fails to start); `max_seq_len` is then the engine's
-    limit on prompt + output tokens."""
+    returns once both workers are ready (WorkerError if one fails to start); then `max_seq_len` is the engine's
+    limit on prompt + output tokens, `total_slots` the KV pool's size in tokens (`page_size` each page's),
+    `max_running_reqs` how many requests can run at once."""
 
     def __init__(self, model_path: str, engine_args: dict | None = None, scheduler_args: dict | None = None,
                  startup_timeout: float = 600.0) -> None:
@@ -61,6 +73,8 @@ class Workers:
             info = self._wait_ready("scheduler", startup_timeout)
             self.max_seq_len: int = info["max_seq_len"]
             self.total_slots: int = info["total_slots"]
+            self.page_size: int = info["page_size"]
+            self.max_running_reqs: int = info["max_running_reqs"]
             self._start(context, "tokenizer", tokenize_worker,
                         (str(model_path), self.max_seq_len, info["vocab_size"], self.addrs.tokenizer,
                          self.addrs.backend, self.addrs.frontend, self._ready))
@@ -73,7 +87,7 @@ class Workers:
             raise
 
     def _start(self, context, name: str, target, args: tuple) -> None:
-        process = context.Process(target=target, args=args, name=f"minisgl-{name}", daemon=True)
+        process = context.Process(target=_in_own_group, args=(target, *args), name=f"minisgl-{name}", daemon=True)
         process.start()
         self.processes[name] = process
 

@@ -3,10 +3,13 @@
     with LocalServer("models/smollm2", "--max-seq-len", "512") as server:
         httpx.get(server.url + "/v1/models")
 
-Starting waits until /health answers 200; if the server exits first, or is not up in time, a RuntimeError names
-the exit code or the deadline and shows the server's last lines. Stopping sends a signal (SIGINT, as Ctrl-C does:
-the server stops its own workers), waits, and kills whatever is left: the server's child processes are recorded
-once it is up, so a worker that outlives the server is found too (`left_behind` lists them).
+The server is started with `--port 0`: it binds a port the system picks, keeps it, and names it in its
+"serving ... on http://127.0.0.1:PORT" line (a port chosen here and handed on could be taken by another process
+before the server binds it). Starting waits for that line and until /health answers 200; if the server exits
+first, or is not up in time, a RuntimeError names the exit code or the deadline and shows the server's last lines.
+Stopping sends a signal (SIGINT, as Ctrl-C does: the server stops its own workers), waits, and kills whatever is
+left: the server's child processes are recorded once it is up, so a worker that outlives the server is found too
+(`left_behind` lists them).
 
 It imports nothing from minisgl (psutil and the standard library only), so a test that does not import the engine
 can load it by path.
@@ -17,8 +20,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,13 +33,7 @@ from pathlib import Path
 import psutil
 
 TAIL_LINES = 40  # the server's last lines kept, for the error message of a failed start
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SERVING = re.compile(r"serving .* on http://\S+:(\d+) ")  # the line the server prints once it listens
 
 
 def running(process: psutil.Process) -> bool:
@@ -56,10 +53,11 @@ class LocalServer:
 
     def __init__(self, model: str | Path, *flags: str, env: dict[str, str] | None = None,
                  start_timeout: float = 180.0, echo: bool = True) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port: int | None = None  # known once the server says where it listens
+        self.url = ""
+        self._listening = threading.Event()
         self.command = [sys.executable, "-m", "minisgl.server", "--model", str(model), "--host", "127.0.0.1",
-                        "--port", str(self.port), *flags]
+                        "--port", "0", *flags]
         self.exit_code: int | None = None
         self.left_behind: list[int] | None = None
         self.children: list[psutil.Process] = []
@@ -80,6 +78,9 @@ class LocalServer:
         # A pipe nobody reads fills up and blocks the server, so this thread reads it to the end.
         for line in self.proc.stdout:
             self._lines.append(line.rstrip("\n"))
+            if not self._listening.is_set() and (m := SERVING.match(line)):
+                self.port, self.url = int(m.group(1)), f"http://127.0.0.1:{m.group(1)}"
+                self._listening.set()
             if echo:
                 try:
                     sys.stdout.write(line)
@@ -94,7 +95,7 @@ class LocalServer:
                 self._reader.join(5)  # the last lines, a traceback most likely
                 raise RuntimeError(f"the server exited with code {self.proc.returncode} while starting; "
                                    f"its last lines:\n{self.tail()}")
-            if self.healthy():
+            if self._listening.is_set() and self.healthy():
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the server was not healthy after {timeout:.0f} s; its last lines:\n{self.tail()}")
@@ -102,6 +103,8 @@ class LocalServer:
 
     def healthy(self) -> bool:
         """Whether /health answers 200 now."""
+        if not self.url:
+            return False
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                 return r.status == 200
@@ -112,13 +115,16 @@ class LocalServer:
         """The last n lines the server printed (stdout and stderr together)."""
         return "\n".join(list(self._lines)[-n:])
 
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0, grace: float = 10.0) -> int:
-        """Send `sig` (unless the server has exited already), wait up to `timeout` s for the server, then up to
-        `grace` s for its workers; kill what is still alive. Returns the server's exit code. Calling it again is
-        harmless."""
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0, grace: float = 10.0, group: bool = False) -> int:
+        """Send `sig` (unless the server has exited already; with group=True to the server's whole process group, as
+        a terminal or a supervisor does), wait up to `timeout` s for the server, then up to `grace` s for its
+        workers; kill what is still alive. Returns the server's exit code. Calling it again is harmless."""
         workers = {p.pid: p for p in self.children + self._current_children()}.values()
         if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+            if group:
+                os.killpg(self.proc.pid, sig)  # its own session: the group's id is its pid
+            else:
+                self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -30,6 +30,8 @@ def _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i
     # TODO(ch17): gather the block's slots from the page table (masked beyond seq_len, int64 offsets), load its
     # keys and values of KV head kvh, scores = q @ k^T * scale with invisible keys at -inf, then the online
     # softmax update: new running max, rescale l_i and acc by exp(old max - new max), add this block's terms.
+    # Pass input_precision=PRECISION to both tl.dot: without it a GPU multiplies float32 in TF32 (10-bit
+    # mantissa), which the CPU interpreter never does, so no CPU test can see it missing.
     # >>> solution
     n = start + tl.arange(0, BLOCK_N)
     d = tl.arange(0, D)

@@ -1,9 +1,9 @@
 """Time one MoE layer's experts three ways (torch loop, sorted + grouped torch, Triton fused) against its roofline.
 
-    python -m minisgl.moe.bench --out DIR            # Qwen3-30B-A3B's layer: 128 experts, top-8, hidden 2048,
-                                                     # expert intermediate 768, bf16, 1..4096 tokens (a GPU)
-    python -m minisgl.moe.bench --tiny --out DIR     # a toy layer in float32, for a CPU (Triton only under
-                                                     # TRITON_INTERPRET=1; its times say nothing about speed)
+    python -m benchmark.moe --out DIR         # Qwen3-30B-A3B's layer: 128 experts, top-8, hidden 2048,
+                                              # expert intermediate 768, bf16, 1..4096 tokens (a GPU)
+    python -m benchmark.moe --tiny --out DIR  # a toy layer in float32, for a CPU (Triton only under
+                                              # TRITON_INTERPRET=1; its times say nothing about speed)
 
 Writes DIR/moe_bench.json (every measurement, the device, the versions) and DIR/moe_bench.png (time per call
 against the number of tokens, with the roofline floor). The routing is random (softmax of Gaussian logits), so
@@ -150,7 +150,7 @@ def plot(rows: list[dict], names: list[str], title: str, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minisgl.moe.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmark.moe", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for moe_bench.json and moe_bench.png")
     parser.add_argument("--tiny", action="store_true", help="a toy layer in float32 (for a CPU)")
     parser.add_argument("--tokens", type=int, nargs="*", help="token counts (default: powers of 2 up to 4096, "

@@ -1,6 +1,6 @@
-"""python -m minisgl.benchmark.profile: where the time of our best configuration goes (GPU; `make profile`).
+"""python -m benchmark.profile: where the time of our best configuration goes (GPU; `make profile`).
 
-    python -m minisgl.benchmark.profile --model build/bench/qwen3-0.6b-random --out build/profile
+    python -m benchmark.profile --model build/bench/qwen3-0.6b-random --out build/profile
 
 Three views, written as profile.json, profile.md (tables for the book) and profile.png (the timeline):
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from minisgl.benchmark.systems import BatchLog, ours_config, submit
+from minisgl.benchmark.driver import BatchLog, ours_config, submit
 from minisgl.benchmark.workload import Workload, describe, nano_vllm_workload
 from minisgl.core import SamplingParams
 
@@ -188,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     from minisgl.llm import LLM
     from minisgl.benchmark.random_model import make_model
 
-    ap = argparse.ArgumentParser(prog="python -m minisgl.benchmark.profile", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmark.profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=Path("build/bench/qwen3-0.6b-random"))
     ap.add_argument("--out", type=Path, default=Path("build/profile"))
-    ap.add_argument("--system", default="ours", help="one of our configurations (systems.OURS)")
+    ap.add_argument("--system", default="ours", help="one of our configurations (minisgl.benchmark.driver.OURS)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("make profile needs a CUDA device")

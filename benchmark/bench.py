@@ -1,13 +1,20 @@
-"""python -m minisgl.benchmark.bench: run systems on the benchmark workload, append each result to a JSON file.
+"""python -m benchmark.bench: run systems on the benchmark workload, append each result to a JSON file.
 
-    python -m minisgl.benchmark.bench --systems micro ours hf-static --out build/bench/results.json
-    python -m minisgl.benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
+    python -m benchmark.bench --systems micro ours hf-static --out build/bench/results.json
+    python -m benchmark.bench --device cpu --quick --model models/tiny-qwen3 --out /tmp/r.json
 
 Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256 and at batch 8,
 a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-no-splitk, ours-triton,
-ours-torch, hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one). One
-process can run several; each result is appended as soon as it exists, so runs split over several processes (or machines) add up
-in one file (or several, which the report merges). `--quick` shrinks everything to seconds on a CPU.
+ours-torch, hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one).
+
+Every system is measured the same way (runs.py): built once in this process, --warmup-runs whole runs of the
+workload thrown away (default 1: nothing compiles inside a timed run), then --runs timed runs (default 3); the
+record holds every run, and its headline numbers are the medians (min and max beside them). The machine's state
+when the process started (machine.py: fresh or not, GPU, driver, uptime) goes into every record.
+
+One process can run several systems; each result is appended as soon as it exists, so runs split over several
+processes (or machines) add up in one file (or several, which the report merges). `--quick` shrinks everything
+to seconds on a CPU.
 """
 
 from __future__ import annotations
@@ -17,19 +24,22 @@ import gc
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from benchmark.hf import SYSTEMS as HF
+from benchmark.machine import environment, machine_state
+from benchmark.runs import measure, spread
+from minisgl.benchmark.driver import OURS, RunOutput, Skipped
 from minisgl.benchmark.metrics import summarize
 from minisgl.benchmark.roofline import (NOMINAL_BANDWIDTH, PEAK_BF16_FLOPS, config_param_count, kv_bytes_per_token,
                                         nominal, schedule_floor, workload_floor)
-from minisgl.benchmark.systems import HF, OURS, RunOutput, Skipped, run_hf_cb, run_hf_static, run_ours
 from minisgl.benchmark.workload import describe, nano_vllm_workload, quick_workload
 from minisgl.models.config import ModelConfig
 
@@ -39,7 +49,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m minisgl.benchmark.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmark.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--systems", nargs="+", default=None, metavar="NAME",
                     help=f"any of {', '.join(SYSTEMS)} (default: all; with --quick all but hf-cb, slow on a CPU)")
@@ -50,11 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     ap.add_argument("--quick", action="store_true", help="a tiny workload and tiny micro-benchmarks (CPU smoke run)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs of the workload per system (default 3)")
+    ap.add_argument("--warmup-runs", type=int, default=1,
+                    help="whole runs of the workload before them, in the same process, thrown away (default 1)")
     ap.add_argument("--num-seqs", type=int, default=None, help="requests of the workload (default 256)")
     ap.add_argument("--subset", type=int, default=None, help="run only the first N requests of the workload")
-    ap.add_argument("--max-seconds", type=float, default=None, help="abort any system after this long (partial)")
-    ap.add_argument("--torch-seconds", type=float, default=420, help="time cap of ours-torch (default 420)")
-    ap.add_argument("--hf-cb-seconds", type=float, default=300, help="time cap of hf-cb (default 300)")
+    ap.add_argument("--max-seconds", type=float, default=None, help="abort any run after this long (partial)")
+    ap.add_argument("--torch-seconds", type=float, default=420, help="time cap of each ours-torch run (default 420)")
+    ap.add_argument("--hf-cb-seconds", type=float, default=300, help="time cap of each hf-cb run (default 300)")
     ap.add_argument("--no-hf-cb-warmup", action="store_true", help="skip hf-cb's CUDA-graph warm-up (untimed)")
     ap.add_argument("--max-extend-tokens", type=int, default=16384, help="prefill token budget of one batch")
     ap.add_argument("--page-size", type=int, default=None, help="override the page size of our configurations")
@@ -71,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def session_id() -> str:
+    """One id per `make bench` (it sets MINISGL_BENCH_SESSION for all its processes), else one per process."""
+    return os.environ.get("MINISGL_BENCH_SESSION") or (
+        f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}")
+
+
 class Bench:
     """What the systems of one process share: device, workload, model shape, and the measured machine."""
 
@@ -78,7 +97,12 @@ class Bench:
         unknown = [s for s in args.systems if s not in SYSTEMS]
         if unknown:
             raise ValueError(f"unknown system(s) {unknown}; choose from {SYSTEMS}")
+        if args.runs < 1 or args.warmup_runs < 0:
+            raise ValueError(f"need --runs >= 1 and --warmup-runs >= 0, got {args.runs} and {args.warmup_runs}")
         self.args = args
+        self.session = session_id()
+        # First, before anything of this process compiles: the machine as this process found it.
+        self.machine = machine_state(args.systems, self.session)
         cuda = torch.cuda.is_available()
         if args.device == "cuda" and not cuda:
             raise ValueError("--device cuda, but no CUDA device is visible")
@@ -91,7 +115,8 @@ class Bench:
         if args.quick:
             workload = quick_workload(max_token_id=min(10000, self.mc.vocab_size - 1))
         else:
-            workload = nano_vllm_workload(num_seqs=args.num_seqs or 256, max_token_id=min(10000, self.mc.vocab_size - 1))
+            workload = nano_vllm_workload(num_seqs=args.num_seqs or 256,
+                                          max_token_id=min(10000, self.mc.vocab_size - 1))
         if args.subset is not None:
             if not 1 <= args.subset <= len(workload):
                 raise ValueError(f"--subset must be in [1, {len(workload)}], got {args.subset}")
@@ -123,7 +148,7 @@ class Bench:
     def bandwidth(self) -> dict:
         """The copy bandwidth, measured once per process (every floor of the process uses it)."""
         if self._bandwidth is None:
-            from minisgl.benchmark.micro import copy_bandwidth
+            from benchmark.micro import copy_bandwidth
 
             self._bandwidth = copy_bandwidth(self.device, 2**24 if self.args.quick else None)
         return self._bandwidth
@@ -136,7 +161,7 @@ class Bench:
             elif (value := nominal(PEAK_BF16_FLOPS, self.env["gpu"])) and self.dtype == torch.bfloat16:
                 self._peak = (value, "spec sheet, dense bf16")
             else:
-                from minisgl.benchmark.micro import matmul_flops
+                from benchmark.micro import matmul_flops
 
                 self._peak = (matmul_flops(self.device, self.dtype), "measured matmul")
         return self._peak
@@ -149,33 +174,14 @@ class Bench:
 
     def record(self, system: str) -> dict:
         return {"system": system, "status": "ok", **self.env, "device": self.device.type, "dtype": self.dtype_name,
-                "model": str(self.model), "quick": self.args.quick, "workload": describe(self.workload)}
-
-
-def environment(device: torch.device) -> dict:
-    from importlib import metadata
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist, module in (("transformers", "transformers"), ("triton", "triton"), ("flash-attn", "flash_attn")):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:  # flash-attn may be unpacked outside site-packages
-            versions[dist] = None
-            if dist == "flash-attn" and device.type == "cuda":
-                try:
-                    versions[dist] = __import__(module).__version__
-                except ImportError:
-                    pass
-    gpu = (torch.cuda.get_device_name(device) if device.type == "cuda"
-           else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)")
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "gpu": gpu,
-            "cuda": torch.version.cuda if device.type == "cuda" else None, "versions": versions}
+                "model": str(self.model), "quick": self.args.quick, "workload": describe(self.workload),
+                "session": self.session, "machine": self.machine}
 
 
 # ----------------------------------------------------------------------------------------------- systems
 def run_micro(bench: Bench) -> dict:
-    from minisgl.benchmark.micro import decode_kernel_bandwidth, decode_step_time, prefill_step_time
-    from minisgl.benchmark.systems import ours_config
+    from benchmark.micro import decode_kernel_bandwidth, decode_step_time, prefill_step_time
+    from minisgl.benchmark.driver import ours_config
     from minisgl.llm import LLM
 
     args, mc, quick = bench.args, bench.mc, bench.args.quick
@@ -191,12 +197,12 @@ def run_micro(bench: Bench) -> dict:
         kernel = {"skipped": f"triton is not importable: {e}"}
     out["decode_kernel"] = kernel
     if bench.device.type == "cuda" and "skipped" not in kernel:  # split-K pays only where programs are few
-        from minisgl.benchmark.micro import decode_split_sweep
+        from benchmark.micro import decode_split_sweep
 
         out["decode_splits"] = decode_split_sweep(bench.device, mc.num_qo_heads, mc.num_kv_heads, mc.head_dim,
                                                   bench.dtype)
     # Each of the model's GEMMs alone, at a few batch sizes: what a matmul of a few rows costs per call.
-    from minisgl.benchmark.micro import gemm_times
+    from benchmark.micro import gemm_times
 
     out["gemms"] = (gemm_times(bench.device, mc, bench.dtype, rows=(1, 8), cold_bytes=2**20, iters=1) if quick
                     else gemm_times(bench.device, mc, bench.dtype))
@@ -225,49 +231,103 @@ def run_micro(bench: Bench) -> dict:
     return out
 
 
+@contextmanager
+def open_system(name: str, bench: Bench):
+    """The system `name` built (and given its own short warm-up) in this process; yields run()."""
+    args = bench.args
+    if name in OURS:
+        from minisgl.benchmark.driver import ours
+
+        cap = args.max_seconds or (args.torch_seconds if name == "ours-torch" and not args.quick else None)
+        with ours(bench.model, bench.workload, name, cap, args.max_extend_tokens, args.page_size,
+                  args.cuda_graph_max_bs, bench.device, bench.dtype_name) as run:
+            yield run
+    elif name == "nano-vllm":
+        from benchmark.nano_vllm import default_checkout, nano_vllm
+
+        with nano_vllm(bench.model, bench.workload, args.nano_vllm or default_checkout()) as run:
+            yield run
+    elif name == "hf-static":
+        from benchmark.hf import hf_static
+
+        with hf_static(bench.model, bench.workload, bench.device, bench.dtype) as run:
+            yield run
+    elif name == "hf-cb":
+        from benchmark.hf import hf_cb
+
+        cap = args.max_seconds or (None if args.quick else args.hf_cb_seconds)
+        with hf_cb(bench.model, bench.workload, bench.device, bench.dtype, cap,
+                   warmup=bench.device.type == "cuda" and not args.no_hf_cb_warmup) as run:
+            yield run
+    else:
+        raise ValueError(f"{name} is not a system that runs the workload")
+
+
 def run_system(name: str, bench: Bench) -> dict:
     record = bench.record(name)
-    args = bench.args
     try:
         if name == "micro":
             record.update(run_micro(bench))
             return record
-        if name in OURS:
-            cap = args.max_seconds or (args.torch_seconds if name == "ours-torch" and not args.quick else None)
-            run = run_ours(bench.model, bench.workload, name, cap, args.max_extend_tokens, args.page_size,
-                           args.cuda_graph_max_bs, bench.device, bench.dtype_name)
-        elif name == "nano-vllm":
-            from minisgl.benchmark.nano_vllm import default_checkout, run_nano_vllm
+        def progress(kind: str, i: int, r: RunOutput) -> None:
+            print(f"   {name} {kind} run {i + 1}: {r.wall_s:.2f} s, {sum(t.tokens for t in r.traces):,} tokens",
+                  flush=True)
 
-            run = run_nano_vllm(bench.model, bench.workload, args.nano_vllm or default_checkout())
-        elif name == "hf-static":
-            run = run_hf_static(bench.model, bench.workload, bench.device, bench.dtype)
-        else:
-            cap = args.max_seconds or (None if args.quick else args.hf_cb_seconds)
-            run = run_hf_cb(bench.model, bench.workload, bench.device, bench.dtype, cap,
-                            warmup=bench.device.type == "cuda" and not args.no_hf_cb_warmup)
+        with open_system(name, bench) as run:
+            measured = measure(run, bench.args.runs, bench.args.warmup_runs, on_run=progress)
     except Skipped as e:
         record.update(status="skipped", reason=str(e))
         return record
-    record.update(results(run, bench))
+    record.update(results(measured, bench))
     return record
 
 
-def results(run: RunOutput, bench: Bench) -> dict:
+def one_run(run: RunOutput, bench: Bench) -> dict:
+    """The numbers of one run of the workload."""
     summary = summarize(run.traces, run.wall_s)
-    floor = bench.floor()
-    out = {**summary, "wall_s": run.wall_s, "requests_completed": run.completed, "config": run.config,
+    prompt_tokens = describe(bench.workload)["prompt_tokens"]
+    if run.prefill_tokens is not None and run.prefill_tokens < prompt_tokens and not run.capped:
+        raise RuntimeError(f"the run computed {run.prefill_tokens:,} of the workload's {prompt_tokens:,} prompt "
+                           "tokens: it found cached prefixes of an earlier run, and would be timed on less work")
+    out = {**summary, "wall_s": run.wall_s, "requests_completed": run.completed, "prefill_tokens": run.prefill_tokens,
            "status": "partial" if run.capped or run.completed < len(run.outputs) else "ok",
-           "floor": floor, "floor_ratio": floor["floor_tok_s"] / summary["output_tok_s"] if summary["output_tokens"]
-           else None,
            "output_digest": hashlib.sha256(json.dumps(run.outputs).encode()).hexdigest()[:16]}
     if run.steps:
         own = schedule_floor(run.steps, bench.weight_bytes, bench.kv_per_token, bench.params,
                              bench.bandwidth["gbs"] * 1e9, bench.peak[0])
         out["schedule"] = {"batches": len(run.steps), "decode_steps": run.phases.count("decode"),
                            "floor_s": own["floor_s"], "ratio": run.wall_s / own["floor_s"]}
+    return out
+
+
+STAT_KEYS = ("output_tok_s", "wall_s", "mean_ttft_s", "mean_tpot_s")
+
+
+def results(measured, bench: Bench) -> dict:
+    """The record of a measured system: every run, and the medians of the timed runs as its headline numbers."""
+    timed = [one_run(r, bench) for r in measured.timed]
+    warmup = [{k: v for k, v in one_run(r, bench).items() if k != "schedule"} for r in measured.warmup]
+    for w, seconds in zip(warmup, measured.warmup_seconds):
+        w["process_s"] = seconds
+    stats = {k: spread([t[k] for t in timed]) for k in STAT_KEYS}
+    floor = bench.floor()
+    median = (stats["output_tok_s"] or {}).get("median")
+    # The run whose throughput is the median (the lower one of the middle two for an even count): its schedule.
+    middle = sorted(timed, key=lambda t: t["output_tok_s"])[(len(timed) - 1) // 2]
+    out = {"warmup_runs": len(warmup), "runs": len(timed), "timed": timed, "warmup": warmup, "stats": stats,
+           **{k: (stats[k] or {}).get("median") for k in STAT_KEYS},
+           "output_tokens": middle["output_tokens"], "requests": middle["requests"],
+           "requests_with_tokens": middle["requests_with_tokens"],
+           "requests_completed": min(t["requests_completed"] for t in timed),
+           "config": measured.timed[0].config,
+           "status": "partial" if any(t["status"] == "partial" for t in timed) else "ok",
+           "floor": floor, "floor_ratio": floor["floor_tok_s"] / median if median else None,
+           "output_digest": timed[0]["output_digest"],
+           "same_tokens_every_run": len({t["output_digest"] for t in timed}) == 1}
+    if "schedule" in middle:
+        out["schedule"] = middle["schedule"]
     if bench.args.keep_tokens:
-        out["outputs"] = run.outputs
+        out["outputs"] = measured.timed[0].outputs
     return out
 
 
@@ -301,8 +361,12 @@ def line(r: dict) -> str:
         return f"{r['system']:<16} skipped: {r['reason']}"
     ms = (r["mean_tpot_s"] or 0) * 1000
     floor = f"{r['floor_ratio']:6.1f}x the floor" if r["floor_ratio"] else "no token, no floor ratio"
-    return (f"{r['system']:<16} {r['status']:<8} {r['output_tok_s']:>10.1f} tok/s  TTFT {r['mean_ttft_s'] or 0:7.3f} s  "
-            f"TPOT {ms:7.2f} ms  wall {r['wall_s']:7.2f} s  {floor}")
+    s = r["stats"]["output_tok_s"]
+    warm = (f"; warm-up run (discarded) {r['warmup'][0]['output_tok_s']:.1f} tok/s" if r.get("warmup") else
+            "; no warm-up run")
+    return (f"{r['system']:<16} {r['status']:<8} {r['output_tok_s']:>10.1f} tok/s (median of {s['n']}, "
+            f"{s['min']:.1f}-{s['max']:.1f})  TTFT {r['mean_ttft_s'] or 0:7.3f} s  TPOT {ms:7.2f} ms  "
+            f"wall {r['wall_s']:7.2f} s  {floor}{warm}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run in its interpreter on a CPU
     bench = Bench(args)
     print(f"== {len(bench.workload)} requests, {describe(bench.workload)['output_tokens']} output tokens; "
-          f"{bench.model} on {bench.env['gpu']} ({bench.dtype_name})", flush=True)
+          f"{bench.model} on {bench.env['gpu']} ({bench.dtype_name}); each system: {args.warmup_runs} warm-up "
+          f"run(s) discarded, then {args.runs} timed; machine at start: "
+          f"{'fresh' if bench.machine['fresh'] else 'not fresh'}", flush=True)
     failed = 0
     for name in args.systems:
         t0 = time.perf_counter()

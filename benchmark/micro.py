@@ -160,7 +160,7 @@ def decode_step_time(llm, batch: int, prompt_len: int, steps: int, weight_bytes:
     steps + 2 * skip steps; the middle `steps` are timed from the scheduler loop's per-step callback, so the
     time is what the loop really takes per step, with whatever overlap and graphs the engine uses.
     """
-    from minisgl.benchmark.systems import BatchLog, submit
+    from minisgl.benchmark.driver import BatchLog, submit
 
     if min(batch, prompt_len, steps, skip) < 1:
         raise ValueError("batch, prompt_len, steps and skip must be >= 1")
@@ -197,7 +197,7 @@ def prefill_step_time(llm, tokens: int, prompt_len: int, batches: int, params: i
     """Time prefill batches of `tokens` prompt tokens each (prompts of prompt_len, one output token, so nothing
     but prefill runs) against their compute floor, 2 x params FLOPs per token over the peak. The first `skip`
     batches are left out; the time is the scheduler loop's, as in decode_step_time."""
-    from minisgl.benchmark.systems import BatchLog, submit
+    from minisgl.benchmark.driver import BatchLog, submit
 
     if tokens % prompt_len or min(batches, skip) < 1:
         raise ValueError("tokens must be a multiple of prompt_len; batches and skip >= 1")

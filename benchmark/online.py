@@ -1,11 +1,11 @@
-"""python -m minisgl.benchmark.online: the online benchmark, a client that loads a running server as users would.
+"""python -m benchmark.online: the online benchmark, a client that loads a running server as users would.
 
-    python -m minisgl.benchmark.online --model models/smollm2 --rates 2,inf --num-requests 16 --out online.json
-    python -m minisgl.benchmark.online --url http://127.0.0.1:8000 --rates 1,4,16 --png online.png
+    python -m benchmark.online --model models/smollm2 --rates 2,inf --num-requests 16 --out online.json
+    python -m benchmark.online --url http://127.0.0.1:8000 --rates 1,4,16 --png online.png
 
-The offline benchmark (bench.py) hands every request to the engine at once and measures throughput. A server
-is used differently: requests arrive over time, each streams its tokens back over HTTP, and what a user feels is
-how long the first token takes and how fast the rest follow. This client sends N requests whose arrival times
+The offline benchmark (benchmark/bench.py) hands every request to the engine at once and measures throughput.
+A server is used differently: requests arrive over time, each streams its tokens back over HTTP, and what a user
+feels is how long the first token takes and how fast the rest follow. This client sends N requests whose arrival times
 form a Poisson process of a given rate (exponential gaps of mean 1/rate; `inf` sends them all at once), streams
 each one (server-sent events) and records, per request, when it was sent, when every chunk of text arrived and
 when it ended. From those times, for every rate:
@@ -21,7 +21,8 @@ when it ended. From those times, for every rate:
 
 With --model it starts `python -m minisgl.server` on a free port of 127.0.0.1 and stops it at the end (no
 process is left behind); with --url it uses a server that runs already. Prompts are token ids drawn like the
-offline workload's (workload.py) and sent to /v1/completions; --api chat sends text to /v1/chat/completions.
+offline workload's (minisgl/benchmark/workload.py) and sent to /v1/completions; --api chat sends text to
+/v1/chat/completions.
 Writes every request's times to a JSON file and, with --png, a plot of the percentiles against the rate.
 """
 
@@ -341,7 +342,7 @@ def plot(result: dict, path: Path) -> Path:
 
 # ----------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m minisgl.benchmark.online", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmark.online", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--model", type=Path, help="start a server on this model folder (and stop it at the end)")

@@ -1,0 +1,225 @@
+"""Our engine on a benchmark workload, every output token timestamped: the offline benchmark's driver.
+
+    with ours(model_path, workload, "ours") as run:   # the engine built once, warmed up with two short requests
+        first = run()                                 # the whole workload: every request submitted at t = 0
+        second = run()                                # ... again, in the same process, on the same engine
+
+Each run returns a RunOutput: one RequestTrace per request (submitted at the run's t = 0), the wall time, the
+tokens of the requests that finished, and the batches the scheduler ran (for the floor of its own schedule).
+Every run starts with an empty prefix cache, as a fresh engine does: a repeated workload would otherwise find
+its prompts cached and skip their prefill, and a second run would measure less work than the first. The
+prefill tokens each run computed are counted, so that this can be checked (RunOutput.prefill_tokens).
+
+The configurations `ours*` each turn one optimisation off (OURS); the benchmark's harness (benchmark/ at the
+repository root, beside this package) runs them, and the peers, with the same protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from minisgl.benchmark.metrics import RequestTrace, TokenClock
+from minisgl.benchmark.roofline import Step
+from minisgl.benchmark.workload import Workload, describe
+from minisgl import env
+from minisgl.core import Batch, SamplingParams
+from minisgl.env import ENV
+from minisgl.scheduler.utils import PendingReq
+
+# name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19, split-K decode
+# of chapter 17)
+OURS = {
+    "ours": ("auto", True, True, True, True),
+    "ours-fa": ("fa", True, True, True, True),
+    "ours-no-graphs": ("auto", True, False, True, True),
+    "ours-no-overlap": ("auto", False, True, True, True),
+    "ours-no-fused": ("auto", True, True, False, True),
+    "ours-no-splitk": ("auto", True, True, True, False),
+    "ours-triton": ("triton", True, True, True, True),
+    "ours-torch": ("torch", True, True, True, True),
+}
+_uids = itertools.count(1 << 40)  # far from LLM.generate's own uids (0, 1, ...), unique within a process
+
+
+class Skipped(Exception):
+    """A system that cannot run here (the reason is recorded in the results instead of a number)."""
+
+
+@dataclass
+class RunOutput:
+    traces: list[RequestTrace]
+    wall_s: float
+    outputs: list[list[int] | None]  # tokens of every request, None for one that did not finish
+    steps: list[Step] | None = None  # the batches our engine ran
+    phases: list[str] | None = None
+    config: dict = field(default_factory=dict)
+    capped: bool = False  # stopped at its time limit
+    prefill_tokens: int | None = None  # prompt tokens the run computed (None: the system does not say)
+
+    @property
+    def completed(self) -> int:
+        return sum(o is not None for o in self.outputs)
+
+
+class BatchLog:
+    """Records every batch the scheduler runs: the contexts it reads and the new tokens it computes."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.phases: list[str] = []
+
+    def on_batch(self, batch: Batch) -> None:
+        self.steps.append(([r.device_len for r in batch.reqs], sum(r.extend_len for r in batch.reqs)))
+        self.phases.append(batch.phase)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(new for (_, new), phase in zip(self.steps, self.phases) if phase == "prefill")
+
+
+def submit(scheduler, workload: Workload) -> list[int]:
+    """Queue every request of the workload (all checked first, so a bad one queues none); their uids."""
+    pending = [PendingReq(next(_uids), torch.tensor(ids, dtype=torch.int32),
+                          SamplingParams(max_tokens=n, ignore_eos=True)) for ids, n in workload]
+    for p in pending:
+        scheduler.check_request(p)
+    for p in pending:
+        scheduler.add_request(p)
+    return [p.uid for p in pending]
+
+
+def flush_prefix_cache(scheduler) -> int:
+    """Evict every cached prefix (call when no request runs); the slots freed. The next run finds nothing cached."""
+    cache = scheduler.cache_manager
+    n = cache.prefix_cache.evictable_size
+    cache.free(cache.prefix_cache.evict(n))
+    return n
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def progress_bar(total: int, name: str, unit: str = "tok"):
+    return tqdm(total=total, desc=name, unit=unit, disable=ENV.QUIET, smoothing=0.1)
+
+
+def ours_config(name: str, device: torch.device, workload: Workload, page_size: int | None = None,
+                cuda_graph_max_bs: int = 256) -> tuple[dict, bool]:
+    """(LLM keyword arguments, overlap) of one of our configurations.
+
+    The best configuration lets `auto` pick the attention backend (flash-attn prefill with the Triton decode
+    kernel where both import; `ours-fa` is flash-attn for decode too), and gives it pages of 256 slots when
+    flash-attn is installed (its paged kernels need them; the waste of up to 255 slots per request does not
+    matter with 140 GB, and random prompts share no prefix that smaller pages could reuse), else pages of 1.
+    """
+    backend, overlap, graphs = OURS[name][:3]
+    fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    if page_size is None:
+        page_size = 256 if backend in ("auto", "fa", "hybrid") and fa else 1
+    shape = describe(workload)
+    kwargs = dict(device=device.type, attention_backend=backend, page_size=page_size,
+                  max_running_reqs=shape["requests"], max_seq_len=shape["max_seq_len"])
+    if device.type == "cuda":
+        kwargs["cuda_graph_max_bs"] = cuda_graph_max_bs if graphs else 0  # 0 turns capture off (chapter 18)
+    elif not graphs:
+        raise Skipped("turning CUDA graphs off needs a CUDA device; this run has none to turn off")
+    return kwargs, overlap
+
+
+@contextmanager
+def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float | None = None,
+         max_extend_tokens: int = 16384, page_size: int | None = None, cuda_graph_max_bs: int = 256,
+         device: str | torch.device = "auto", dtype: str = "auto") -> Iterator[Callable[[], RunOutput]]:
+    """One of our configurations, built once and warmed up with two short requests; yields run(), which runs
+    the whole workload once (or aborts what is left after max_seconds) and can be called again."""
+    from minisgl.llm import LLM
+
+    triton_attention = _triton_attention()
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if str(device) == "auto" else device)
+    kwargs, overlap = ours_config(name, device, workload, page_size, cuda_graph_max_bs)
+    saved_env, saved_splits = env.ENV, triton_attention.MAX_SPLITS if triton_attention else None
+    fused, split_k = OURS[name][3:]
+    if not fused:  # the fused kernels read the setting at every call (chapter 19)
+        env.ENV = dataclasses.replace(saved_env, FUSED_KERNELS="off")
+    if not split_k and triton_attention:  # the decode kernel reads its cap on slices at every call (chapter 17)
+        triton_attention.MAX_SPLITS = 1
+    llm = None
+    try:
+        llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs)
+        warm = [ids[:8] for ids, _ in workload[:2]]
+        llm.generate(warm, SamplingParams(max_tokens=4, ignore_eos=True))  # kernels compiled, memory allocated
+        yield lambda: _run_once(llm, workload, name, max_seconds, max_extend_tokens, device)
+    finally:
+        del llm
+        env.ENV = saved_env
+        if triton_attention:
+            triton_attention.MAX_SPLITS = saved_splits
+
+
+def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: float | None = None,
+             max_extend_tokens: int = 16384, page_size: int | None = None, cuda_graph_max_bs: int = 256,
+             device: str | torch.device = "auto", dtype: str = "auto") -> RunOutput:
+    """One of our configurations on the workload, once: warm up, submit everything at t = 0, run to the end
+    (or abort what is left after max_seconds)."""
+    with ours(model_path, workload, name, max_seconds, max_extend_tokens, page_size, cuda_graph_max_bs, device,
+              dtype) as run:
+        return run()
+
+
+def _run_once(llm, workload: Workload, name: str, max_seconds: float | None, max_extend_tokens: int,
+              device: torch.device) -> RunOutput:
+    scheduler, log = llm.scheduler, BatchLog()
+    flush_prefix_cache(scheduler)  # as a fresh engine: no prompt of an earlier run is cached
+    scheduler.on_batch = log.on_batch
+    total = sum(n for _, n in workload)
+    sync(device)
+    t0 = time.perf_counter()
+    uids = submit(scheduler, workload)
+    clock = TokenClock(uids, submit=t0)
+    scheduler.on_token = clock.on_token
+    capped = False
+
+    def on_step() -> None:
+        nonlocal capped
+        bar.update(clock.count - bar.n)
+        if max_seconds is not None and not capped and time.perf_counter() - t0 > max_seconds:
+            capped = True  # abort what is left: each aborted request keeps the tokens it has
+            for uid in uids:
+                scheduler.abort_request(uid)
+
+    try:
+        with progress_bar(total, name) as bar:
+            scheduler.run_until_idle(on_step)
+        sync(device)
+        wall = time.perf_counter() - t0
+    finally:
+        scheduler.on_token = scheduler.on_batch = None
+    outputs = [scheduler.finished.pop(uid).output_ids if uid in scheduler.finished else None for uid in uids]
+    scheduler.check_integrity()
+    engine = llm.engine
+    config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.overlap,
+              "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
+              "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
+              "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,
+              "max_decode_splits": getattr(_triton_attention(), "MAX_SPLITS", None)}
+    return RunOutput(clock.ordered(uids), wall, outputs, log.steps, log.phases, config, capped, log.prefill_tokens)
+
+
+def _triton_attention():
+    """Chapter 17's Triton attention module (where split-K's cap on slices lives), or None without triton."""
+    try:
+        from minisgl.kernel.triton import attention
+    except ImportError:
+        return None
+    return attention
