@@ -30,8 +30,9 @@ class DecodeManager:
         if ratio >= 1.0:
             return sum(slots_to_grow(r.cached_len, r.max_device_len - 1, ps) for r in self.running)
         # TODO(ch23): per request, the positions it may still write are max_device_len - 1 - cached_len (never
-        # fewer than 0); expect ceil(ratio x that) of them (less 1e-9 before rounding up: 0.7 x 10 is
-        # 7.000000000000001 in floats), or all of them for a pinned request; reserve the whole pages from
+        # fewer than 0); expect ceil(ratio x that) of them (less 1e-9 before rounding up: a ratio of 0.3 that
+        # came out of float arithmetic can be 0.30000000000000004, and 0.30000000000000004 x 20 is
+        # 6.000000000000001), or all of them for a pinned request; reserve the whole pages from
         # cached_len to cached_len + what is expected.
         raise NotImplementedError("TODO(ch23): DecodeManager.reserved_slots")
 

@@ -13,9 +13,10 @@ class ServerArgs:
     host: str = "127.0.0.1"  # this machine only, unless asked otherwise
     port: int = 8000
     served_model_name: str = ""  # the `model` clients name; default: the model folder's name
-    api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
+    api_key: str | None = None  # when set, /v1/* and every POST need "Authorization: Bearer <key>"
     engine_args: dict = field(default_factory=dict)  # EngineConfig keywords
     scheduler_args: dict = field(default_factory=dict)  # Scheduler keywords (max_extend_tokens, overlap, admission...)
+    log_requests: bool = False  # one line per finished request (tokens, finish reason, TTFT, time per token)
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -26,9 +27,10 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     p = argparse.ArgumentParser(prog="python -m minisgl.server", description="an OpenAI-compatible server")
     p.add_argument("--model", required=True, help="a model folder (config.json, safetensors, tokenizer)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="0: a free port the system picks (the server prints it)")
     p.add_argument("--served-model-name", default="")
-    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key", default=None, help="required on /v1/* and on every POST (/abort_request)")
+    p.add_argument("--log-requests", action="store_true", help="print one line per finished request")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")
     p.add_argument("--dtype", default=None)
     p.add_argument("--max-running-reqs", type=int, default=None)
@@ -59,4 +61,4 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     for key in ("admission", "retraction_policy", "max_retractions"):
         if getattr(a, key) is not None:
             scheduler[key] = getattr(a, key)
-    return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, scheduler)
+    return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, scheduler, a.log_requests)
