@@ -8,8 +8,13 @@ retracted requests free everything."""
 from __future__ import annotations
 
 import collections
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
+import httpx
 import pytest
 import torch
 
@@ -21,6 +26,7 @@ from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.retract import NewTokenRatio, pick_victim
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
+from minisgl.server.local import LocalServer
 
 ALL_STUBS = ("NewTokenRatio.after_retraction", "DecodeManager.reserved_slots", "pick_victim",
              "CacheManager.held_pages", "Scheduler._make_room", "Scheduler._retract")
@@ -548,3 +554,39 @@ def test_the_server_takes_the_admission_flags():
     for bad in (["--admission", "bold"], ["--max-retractions", "0"]):
         with pytest.raises(SystemExit):
             parse_args(["--model", "m", *bad])
+
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+def test_a_server_with_optimistic_admission_retracts_and_answers_as_the_offline_engine():
+    """`python -m minisgl.server --admission optimistic` on the tight pool: the flag reaches the scheduler process
+    (/health counts its retractions), the answers equal the offline engine's and HF greedy, and every
+    slot is free or cached afterwards."""
+    offline, _, _, retracted = generate(TIGHT)  # in this process first: on the skeleton, the stub fails here
+    assert retracted, "the fixture must retract"
+    check_hf(offline)
+    tok = tokenizer(NAME)
+    env = os.environ | {"MINISGL_INIT_NEW_TOKEN_RATIO": "0.1"}  # the scheduler process's ratio starts low
+    flags = ("--max-running-reqs", "8", "--max-seq-len", "64", "--page-size", "1", "--num-pages", str(TIGHT),
+             "--admission", "optimistic", "--no-overlap")
+    with LocalServer(model_path(NAME), *flags, env=env, echo=False) as server:
+        start = threading.Barrier(len(offline))
+
+        def ask(ids: list[int]) -> str:
+            start.wait()  # all at once: the pool must run dry
+            r = httpx.post(server.url + "/v1/completions", timeout=120, json=dict(
+                model=NAME, prompt=ids, max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True))
+            assert r.status_code == 200, f"{r.status_code} {r.text}"
+            return r.json()["choices"][0]["text"]
+
+        with ThreadPoolExecutor(len(offline)) as pool:
+            answers = list(pool.map(ask, prompts()))
+        for i, (answer, out) in enumerate(zip(answers, offline)):
+            want = tok.decode(out, skip_special_tokens=True)
+            assert answer == want, f"request {i}: the server answered {answer!r}, the offline engine {want!r}"
+        deadline = time.monotonic() + 30
+        while not (status := httpx.get(server.url + "/health", timeout=30).json()).get("integrity_checked"):
+            assert time.monotonic() < deadline, f"requests still held 30 s after their answers: {status}"
+            time.sleep(0.2)
+        assert status["retractions"] > 0, f"a burst of 8 on {TIGHT} slots retracts (optimistic admission): {status}"
+        assert status["available_slots"] == status["total_slots"], f"every KV slot free or cached: {status}"
