@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         budget = 512
     else:
         from minisgl.benchmark.random_model import make_model
-        from minisgl.benchmark.systems import ours_config
+        from minisgl.benchmark.driver import ours_config
         from minisgl.benchmark.workload import nano_vllm_workload
 
         model, device, dtype, vocab = make_model(args.model or Path("build/bench/qwen3-0.6b-random")), "cuda", \
