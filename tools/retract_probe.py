@@ -28,6 +28,8 @@ import argparse
 import gc
 import json
 import random
+import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -57,6 +59,25 @@ def chat_workload(requests: int, prompt: tuple[int, int], answer: tuple[int, int
         ids = [rng.randint(0, max_token_id) for _ in range(rng.randint(*prompt))]
         out.append((ids, rng.randint(*answer)))
     return out
+
+
+MEDIAN_KEYS = ("output_tok_s", "wall_s", "cpu_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "retractions",
+               "recomputed_tokens", "max_decode_batch", "batches")
+
+
+def medians(runs: list[dict]) -> list[dict]:
+    """One row per (scenario, admission, initial ratio): the median of each measure over its repeats."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["scenario"], run["admission"], run["init_ratio"]), []).append(run)
+    rows = []
+    for (scenario, admission, init), group in groups.items():
+        row = {"scenario": scenario, "admission": admission, "init_ratio": init, "repeats": len(group)}
+        for key in MEDIAN_KEYS:
+            values = [r[key] for r in group if r[key] is not None]
+            row[key] = round(statistics.median(values), 2) if values else None
+        rows.append(row)
+    return rows
 
 
 class Probe:
@@ -200,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown scenarios {sorted(unknown)} (chat, long)")
     probe = Probe(model, device, dtype, engine, budget, sizes["max_tokens"])
     report = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "model": str(model),
+              "command": " ".join(["python -m tools.retract_probe", *(argv if argv is not None else sys.argv[1:])]),
+              "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "workload": sizes, "engine": {k: v for k, v in engine.items()}, "runs": []}
     configs = [("conservative", None)] + [("optimistic", float(r)) for r in args.init_ratios.split(",")]
     for scenario in scenarios:
@@ -210,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
                        **probe.run(workload, admission, init)}
                 report["runs"].append(run)
                 print(json.dumps(run), flush=True)
+    report["cpu_threads"] = torch.get_num_threads()  # as the engine set it (MINISGL_CPU_THREADS)
+    report["medians"] = medians(report["runs"])
+    for row in report["medians"]:
+        print(json.dumps(row), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
     return 0
