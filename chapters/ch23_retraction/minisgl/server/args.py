@@ -17,8 +17,11 @@ class ServerArgs:
     engine_args: dict = field(default_factory=dict)  # EngineConfig keywords
     scheduler_args: dict = field(default_factory=dict)  # Scheduler keywords (max_extend_tokens, overlap, admission...)
     log_requests: bool = False  # one line per finished request (tokens, finish reason, TTFT, time per token)
+    stream_interval: int = 1  # a streamed request gets an event every this many tokens (SGLang's --stream-interval)
 
     def __post_init__(self) -> None:
+        if self.stream_interval < 1:
+            raise ValueError(f"--stream-interval must be >= 1, got {self.stream_interval}")
         if not self.served_model_name:
             self.served_model_name = Path(self.model_path).name
 
@@ -31,6 +34,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     p.add_argument("--served-model-name", default="")
     p.add_argument("--api-key", default=None, help="required on /v1/* and on every POST (/abort_request)")
     p.add_argument("--log-requests", action="store_true", help="print one line per finished request")
+    p.add_argument("--stream-interval", type=int, default=1, help="a streamed request gets an event every this many "
+                   "tokens, with the text of all of them (default 1: every token)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")
     p.add_argument("--dtype", default=None)
     p.add_argument("--max-running-reqs", type=int, default=None)
@@ -61,4 +66,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     for key in ("admission", "retraction_policy", "max_retractions"):
         if getattr(a, key) is not None:
             scheduler[key] = getattr(a, key)
-    return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, scheduler, a.log_requests)
+    try:
+        return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, scheduler, a.log_requests,
+                          a.stream_interval)
+    except ValueError as e:
+        p.error(str(e))
