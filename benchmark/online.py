@@ -416,7 +416,8 @@ def run_aiperf(args: argparse.Namespace, url: str, model: str, client: Client, s
     """AIPerf at every rate, the same request bodies (benchmark/aiperf.py); a failure is recorded, not raised."""
     from benchmark import aiperf
 
-    tokenizer = str(args.model.resolve()) if args.model is not None else model  # a path, not a hub name
+    folder = args.tokenizer or args.model
+    tokenizer = str(folder.resolve()) if folder is not None else model  # a path, not a hub name
     out = []
     for rate in args.rates:
         label = rate_label(rate)
@@ -546,6 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--loadgen", choices=["aiperf"], default=None, help="after our client, run this external load "
                     "generator with the same requests at every rate (benchmark/aiperf.py)")
     ap.add_argument("--aiperf", default="aiperf", help="the command that runs AIPerf (default: aiperf)")
+    ap.add_argument("--tokenizer", type=Path, default=None, help="the tokenizer folder AIPerf loads (default: the "
+                    "--model folder; needed with --url; the token counts come from the server's usage anyway)")
     ap.add_argument("--profile-dir", type=Path, default=None, help="with --model: every process of the server runs "
                     "under cProfile (slower: not a run to quote) and this folder gets each one's .prof and its top "
                     "functions by own time as text")
