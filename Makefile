@@ -103,7 +103,7 @@ docs: deps  ## read the book at http://127.0.0.1:8000 (English) and http://127.0
 
 test: deps models  ## the maintainers' full check (what CI runs)
 	$(PY) -m tools.vendor_assets
-	$(PY) -m pytest tests/course -n 2 -p no:cacheprovider -v --durations=15
+	$(PY) -m pytest tests/course -n 2 --dist loadgroup -p no:cacheprovider -v --durations=15
 
 test-gpu:  ## the GPU tests (markers gpu, anydevice) on the final reference tree; needs CUDA (installs nothing)
 	MINISGL_GPU_TESTS=1 PYTHONPATH="$$($(COURSE) tree $$($(PY) -c 'from tools.tree import last_chapter; print(last_chapter())') --sol):.:$$PYTHONPATH" \

@@ -4,12 +4,18 @@
 block ends it fails the test on any blocked request, failed request or JavaScript error. It skips (with
 the reason) where the Debian `chromium` package or the `playwright` Python package is missing; playwright
 drives the system browser and never downloads one.
+
+`no_search_docs=site` serves the site's search index without its documents: mkdocs-material's search worker
+builds a lunr index of the whole book (5 MB of JSON, both languages) on every page load, most of a page's CPU
+time on a small machine. Tests that do not search pass it; the search test loads the real index.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from pathlib import Path
 from contextlib import contextmanager
 from typing import Iterator
 from urllib.parse import urlsplit
@@ -25,7 +31,7 @@ def chromium_path() -> str | None:
 
 
 @contextmanager
-def offline_page(viewport: dict, init_script: str | None = None) -> Iterator:
+def offline_page(viewport: dict, init_script: str | None = None, no_search_docs: Path | None = None) -> Iterator:
     chromium = chromium_path()
     if chromium is None:
         pytest.skip("no system Chromium (install the Debian package: apt-get install -y chromium)")
@@ -55,6 +61,11 @@ def offline_page(viewport: dict, init_script: str | None = None) -> Iterator:
             if init_script:
                 context.add_init_script(init_script)
             context.route("**/*", route)
+            if no_search_docs is not None:  # routes added later run first
+                config = json.loads((no_search_docs / "search" / "search_index.json").read_text())["config"]
+                body = json.dumps({"config": config, "docs": []})
+                context.route("**/search/search_index.json",
+                              lambda r: r.fulfill(status=200, content_type="application/json", body=body))
             page = context.new_page()
             page.on("pageerror", lambda exc: errors.append(f"{page.url}: {exc}"))
             page.on("console", lambda m: m.type == "error" and errors.append(f"{page.url}: console: {m.text}"))

@@ -11,13 +11,7 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import re
-import subprocess
-import sys
-import threading
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -26,24 +20,13 @@ from tests.course.offline_browser import offline_page
 
 import pytest
 
+# The built site is a session fixture, built once: every test that needs it runs in one xdist worker (make test
+# runs with --dist loadgroup), test_practice_browser's too.
+pytestmark = pytest.mark.xdist_group("site")
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_HOSTS = {"127.0.0.1", "localhost", ""}
 MARKER_HTML = re.compile(r"#\s*(&gt;&gt;&gt;|&lt;&lt;&lt;|>>>|<<<)\s*solution")
-
-
-@pytest.fixture(scope="module")
-def built_site(tmp_path_factory) -> Path:
-    site = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return site
 
 
 class _AssetRefs(HTMLParser):
@@ -151,24 +134,6 @@ def test_problem_pages_link_back_and_have_previous_next(built_site: Path):
 # ------------------------------------------------------------------------------ browser check
 
 
-@pytest.fixture(scope="module")
-def site_server(built_site: Path):
-    handler = functools.partial(_QuietHandler, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002
-        pass
-
-
 def _pages_with(site: Path, needle: str) -> list[str]:
     return sorted(
         p.relative_to(site).as_posix() for p in site.rglob("*.html") if needle in p.read_text(encoding="utf-8")
@@ -193,7 +158,7 @@ def test_site_renders_offline(built_site: Path, site_server: str):
     shots = ROOT / "build"
     shots.mkdir(exist_ok=True)
 
-    with offline_page({"width": 1280, "height": 900}, init_script=OPEN_SHADOW) as page:
+    with offline_page({"width": 1280, "height": 900}, init_script=OPEN_SHADOW, no_search_docs=built_site) as page:
         page.on("response", lambda r: "/katex/fonts/" in r.url and r.ok and font_loads.append(r.url))
         for rel in pages:
             page.goto(f"{site_server}/{rel}", wait_until="load")
@@ -338,7 +303,7 @@ def test_every_page_crawled(built_site: Path, site_server: str):
     cache: dict = {}
     with_diagrams: list[str] = []
     t0 = time.perf_counter()
-    with offline_page(DESKTOP, init_script=OPEN_SHADOW) as page:
+    with offline_page(DESKTOP, init_script=OPEN_SHADOW, no_search_docs=built_site) as page:
         page.on("console", lambda m: m.type == "error" and console.append(m.text))
         page.on("pageerror", lambda exc: console.append(str(exc)))
         for path in pages:
@@ -362,7 +327,7 @@ def test_every_page_crawled(built_site: Path, site_server: str):
                     problems.append("no link back to the practice index in the page")
             problems += _broken_links(built_site, path, cache)
             problems += [f"console error: {text}" for text in console]
-    with offline_page(PHONE, init_script=OPEN_SHADOW) as page:
+    with offline_page(PHONE, init_script=OPEN_SHADOW, no_search_docs=built_site) as page:
         for url_path in with_diagrams:
             page.goto(f"{site_server}/{url_path}", wait_until="load")
             found[url_path + "index.html"] += _diagram_problems(page, "390 px")
@@ -423,7 +388,7 @@ SWITCH_PAGES = ["", "chapters/ch10_chunked_prefill/", "practice/ch05-flatten-bat
 
 @pytest.mark.browser
 def test_the_language_switcher_lands_on_the_same_page(built_site: Path, site_server: str):
-    with offline_page(DESKTOP) as page:
+    with offline_page(DESKTOP, no_search_docs=built_site) as page:
         for path in SWITCH_PAGES:
             for here, there, lang in ((path, "zh/" + path, "zh"), ("zh/" + path, path, "en")):
                 page.goto(f"{site_server}/{here}", wait_until="load")

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.course.offline_browser import offline_page
-from tests.course.test_docs_site import built_site, site_server  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.xdist_group("site")  # with test_docs_site: the site (conftest) is built once
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = "ch05-flatten-batch"
@@ -60,14 +61,14 @@ def _tests(page) -> dict[str, tuple[bool, str]]:
 
 
 @pytest.mark.browser
-def test_browser_judge(built_site: Path, site_server: str):  # noqa: F811
+def test_browser_judge(built_site: Path, site_server: str):
     assert WRONG != SOLUTION
     assert (built_site / "practice" / PROBLEM / "index.html").is_file(), "the problem page was not generated"
     for name in ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"):
         assert (built_site / "assets" / "vendor" / "pyodide" / name).is_file(), f"Pyodide's {name} is missing"
 
     timings = {}
-    with offline_page({"width": 1200, "height": 900}) as page:
+    with offline_page({"width": 1200, "height": 900}, no_search_docs=built_site) as page:
         page.goto(f"{site_server}/practice/{PROBLEM}/", wait_until="load")
         page.evaluate("localStorage.clear()")
         page.reload(wait_until="load")
@@ -142,10 +143,10 @@ def test_browser_judge(built_site: Path, site_server: str):  # noqa: F811
 
 
 @pytest.mark.browser
-def test_browser_judge_speaks_chinese_on_a_chinese_page(built_site: Path, site_server: str):  # noqa: F811
+def test_browser_judge_speaks_chinese_on_a_chinese_page(built_site: Path, site_server: str):
     """The same judge on the problem's Chinese page: Chinese statement, buttons, status lines and verdicts."""
     assert (built_site / "zh" / "practice" / PROBLEM / "index.html").is_file(), "the Chinese problem page was not generated"
-    with offline_page({"width": 1200, "height": 900}) as page:
+    with offline_page({"width": 1200, "height": 900}, no_search_docs=built_site) as page:
         page.goto(f"{site_server}/zh/practice/{PROBLEM}/", wait_until="load")
         page.evaluate("localStorage.clear()")
         page.reload(wait_until="load")
