@@ -43,7 +43,11 @@ from minisgl.benchmark.roofline import (NOMINAL_BANDWIDTH, PEAK_BF16_FLOPS, conf
 from minisgl.benchmark.workload import describe, nano_vllm_workload, quick_workload
 from minisgl.models.config import ModelConfig
 
-SYSTEMS = ["micro", *OURS, *HF, "nano-vllm"]
+# Chapter 24's cost row: `ours` with the sampling API's per-step work on for every request (penalties, counted
+# from the token pool, and log-probabilities with 5 alternatives), against `ours` in the same session.
+SAMPLING_API = {"presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1, "logprobs": True,
+                "top_logprobs": 5}
+SYSTEMS = ["micro", *OURS, "ours-sampling-api", *HF, "nano-vllm"]
 DEFAULT_MODEL = Path("build/bench/qwen3-0.6b-random")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -235,12 +239,15 @@ def run_micro(bench: Bench) -> dict:
 def open_system(name: str, bench: Bench):
     """The system `name` built (and given its own short warm-up) in this process; yields run()."""
     args = bench.args
-    if name in OURS:
+    if name in OURS or name == "ours-sampling-api":
         from minisgl.benchmark.driver import ours
 
+        sampling = None
+        if name == "ours-sampling-api":
+            sampling, name = sampling_api(), "ours"
         cap = args.max_seconds or (args.torch_seconds if name == "ours-torch" and not args.quick else None)
         with ours(bench.model, bench.workload, name, cap, args.max_extend_tokens, args.page_size,
-                  args.cuda_graph_max_bs, bench.device, bench.dtype_name) as run:
+                  args.cuda_graph_max_bs, bench.device, bench.dtype_name, sampling) as run:
             yield run
     elif name == "nano-vllm":
         from benchmark.nano_vllm import default_checkout, nano_vllm
@@ -263,6 +270,16 @@ def open_system(name: str, bench: Bench):
         raise ValueError(f"{name} is not a system that runs the workload")
 
 
+def sampling_api() -> dict:
+    """SAMPLING_API, or Skipped on a tree before chapter 24 (its SamplingParams has none of these fields)."""
+    from minisgl.core import SamplingParams
+
+    missing = [f for f in SAMPLING_API if not hasattr(SamplingParams(), f)]
+    if missing:
+        raise Skipped(f"this tree's SamplingParams has no {', '.join(missing)} (chapter 24's sampling API)")
+    return SAMPLING_API
+
+
 def run_system(name: str, bench: Bench) -> dict:
     record = bench.record(name)
     try:
@@ -279,6 +296,8 @@ def run_system(name: str, bench: Bench) -> dict:
         record.update(status="skipped", reason=str(e))
         return record
     record.update(results(measured, bench))
+    if name == "ours-sampling-api":
+        record["config"] = {**record.get("config", {}), "sampling": SAMPLING_API}
     return record
 
 

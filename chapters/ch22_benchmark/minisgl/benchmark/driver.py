@@ -86,10 +86,11 @@ class BatchLog:
         return sum(new for (_, new), phase in zip(self.steps, self.phases) if phase == "prefill")
 
 
-def submit(scheduler, workload: Workload) -> list[int]:
-    """Queue every request of the workload (all checked first, so a bad one queues none); their uids."""
+def submit(scheduler, workload: Workload, sampling: dict | None = None) -> list[int]:
+    """Queue every request of the workload (all checked first, so a bad one queues none); their uids. `sampling`:
+    more SamplingParams fields, the same for every request (default: greedy)."""
     pending = [PendingReq(next(_uids), torch.tensor(ids, dtype=torch.int32),
-                          SamplingParams(max_tokens=n, ignore_eos=True)) for ids, n in workload]
+                          SamplingParams(max_tokens=n, ignore_eos=True, **(sampling or {}))) for ids, n in workload]
     for p in pending:
         scheduler.check_request(p)
     for p in pending:
@@ -140,9 +141,11 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
 @contextmanager
 def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float | None = None,
          max_extend_tokens: int = 16384, page_size: int | None = None, cuda_graph_max_bs: int = 256,
-         device: str | torch.device = "auto", dtype: str = "auto") -> Iterator[Callable[[], RunOutput]]:
+         device: str | torch.device = "auto", dtype: str = "auto",
+         sampling: dict | None = None) -> Iterator[Callable[[], RunOutput]]:
     """One of our configurations, built once and warmed up with two short requests; yields run(), which runs
-    the whole workload once (or aborts what is left after max_seconds) and can be called again."""
+    the whole workload once (or aborts what is left after max_seconds) and can be called again. `sampling`: more
+    SamplingParams fields for every request of the workload."""
     from minisgl.llm import LLM
 
     triton_attention = _triton_attention()
@@ -158,8 +161,8 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
     try:
         llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs)
         warm = [ids[:8] for ids, _ in workload[:2]]
-        llm.generate(warm, SamplingParams(max_tokens=4, ignore_eos=True))  # kernels compiled, memory allocated
-        yield lambda: _run_once(llm, workload, name, max_seconds, max_extend_tokens, device)
+        llm.generate(warm, SamplingParams(max_tokens=4, ignore_eos=True, **(sampling or {})))  # kernels, memory
+        yield lambda: _run_once(llm, workload, name, max_seconds, max_extend_tokens, device, sampling)
     finally:
         del llm
         env.ENV = saved_env
@@ -178,14 +181,14 @@ def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: fl
 
 
 def _run_once(llm, workload: Workload, name: str, max_seconds: float | None, max_extend_tokens: int,
-              device: torch.device) -> RunOutput:
+              device: torch.device, sampling: dict | None = None) -> RunOutput:
     scheduler, log = llm.scheduler, BatchLog()
     flush_prefix_cache(scheduler)  # as a fresh engine: no prompt of an earlier run is cached
     scheduler.on_batch = log.on_batch
     total = sum(n for _, n in workload)
     sync(device)
     t0 = time.perf_counter()
-    uids = submit(scheduler, workload)
+    uids = submit(scheduler, workload, sampling)
     clock = TokenClock(uids, submit=t0)
     scheduler.on_token = clock.on_token
     capped = False
