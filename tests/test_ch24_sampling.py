@@ -62,7 +62,7 @@ def test_repetition_penalty_matches_hf_over_the_prompt_and_the_output():
     got = edited(logits, reqs, pool)
     for i, ((p, o), r) in enumerate(zip(seqs, penalties)):
         want = RepetitionPenaltyLogitsProcessor(r)(torch.tensor([p + o]), logits[i : i + 1].clone())[0]
-        assert_close(got[i], want, 1e-6, f"row {i} (repetition_penalty {r}) against HF")
+        assert_close(got[i], want, 1e-6, f"row {i} (repetition_penalty {r}) against HF", row="token")
 
 
 @pytest.mark.stubs("apply_penalties")
@@ -78,7 +78,7 @@ def test_frequency_and_presence_penalties_follow_openais_formula_over_the_output
         want = logits[i].double().clone()
         for token, count in collections.Counter(o).items():
             want[token] -= f * count + pr
-        assert_close(got[i], want, 1e-6, f"row {i} (frequency {f}, presence {pr}) against the formula")
+        assert_close(got[i], want, 1e-6, f"row {i} (frequency {f}, presence {pr}) against the formula", row="token")
         only_prompt = sorted(set(p) - set(o))
         assert torch.equal(got[i, only_prompt], logits[i, only_prompt]), \
             f"row {i}: tokens {only_prompt} are only in the prompt, yet their logits changed"
