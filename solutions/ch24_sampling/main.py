@@ -14,12 +14,12 @@ MAX_TOKENS = 40
 tokenizer = AutoTokenizer.from_pretrained(path)
 prompt = tokenizer.apply_chat_template([{"role": "user", "content": "List some fruits, then list them again."}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)
-banned = tokenizer.encode(" apple") + tokenizer.encode(" Apple") + tokenizer.encode("Apple")
+banned = [tokenizer.encode(w)[0] for w in (" Apples", " Bananas")]  # the first token of each word
 SETTINGS = {
     "greedy": dict(),
     "repetition_penalty 1.3": dict(repetition_penalty=1.3),
     "frequency 1.0, presence 0.5": dict(frequency_penalty=1.0, presence_penalty=0.5),
-    "logit_bias -100 on apple": dict(logit_bias={t: -100.0 for t in banned}),
+    "logit_bias -100: no Apples, Bananas": dict(logit_bias={t: -100.0 for t in banned}),
     "T 0.8, min_p 0.1, seed 0": dict(temperature=0.8, min_p=0.1, seed=0),
 }
 llm = LLM(path, max_running_reqs=8, max_seq_len=512)
