@@ -364,3 +364,40 @@ def test_a_logit_bias_outside_the_vocabulary_is_refused_before_anything_runs(llm
     with pytest.raises(ValueError, match="logit_bias token id .* outside the vocabulary"):
         llm.generate([prompts()[0]], SamplingParams(max_tokens=4, logit_bias={vocab: 1.0}))
     assert_clean(llm)
+
+
+# --- n > 1 ------------------------------------------------------------------------------------------------------
+
+def test_n_samples_use_seeds_seed_plus_k_and_share_the_prompt(llm):
+    """n = 3 with seed 5: sample k is the request with seed 5 + k alone, and after the prompt ran once, every
+    sample's prefill finds all of the prompt but its last token in the radix cache."""
+    p = prompts()[2]
+    base = dict(max_tokens=N, ignore_eos=True, temperature=1.0, top_p=0.95)
+    extends = []
+    llm.scheduler.on_batch = lambda b: extends.extend((r.cached_len, r.extend_len) for r in b.prefill_reqs)
+    try:
+        out = llm.generate([p], SamplingParams(n=3, seed=5, **base))[0]
+    finally:
+        llm.scheduler.on_batch = None
+    assert len(out["samples"]) == 3 and out["token_ids"] == out["samples"][0]["token_ids"], f"{out}"
+    assert extends[-3:] == [(len(p) - 1, 1)] * 3, f"(cached, computed) of the 3 samples' prefills: {extends[-3:]}"
+    for k, sample in enumerate(out["samples"]):
+        alone = llm.generate([p], SamplingParams(seed=5 + k, **base))[0]["token_ids"]
+        assert sample["token_ids"] == alone, f"sample {k}: {sample['token_ids']} vs seed {5 + k} alone {alone}"
+    assert len({tuple(s["token_ids"]) for s in out["samples"]}) > 1, "three samples at temperature 1 all equal"
+    assert_clean(llm)
+
+
+def test_the_first_tokens_of_n_samples_follow_the_models_softmax(llm):
+    """n = 1200 samples of one token: their frequencies against HF's float64 softmax at the prompt's end."""
+    p = prompts()[0]
+    n = 1200
+    out = llm.generate([p], SamplingParams(n=n, seed=0, max_tokens=1, ignore_eos=True, temperature=1.0))[0]
+    with torch.inference_mode():
+        probs = hf_model(NAME)(torch.tensor([p])).logits[0, -1].double().softmax(-1)
+    firsts = collections.Counter(s["token_ids"][0] for s in out["samples"])
+    # 1200 draws: a frequency's standard deviation is at most 0.0145, 0.065 is over 4.5 of them.
+    worst = max(range(len(probs)), key=lambda t: abs(firsts[t] / n - float(probs[t])))
+    assert abs(firsts[worst] / n - float(probs[worst])) < 0.065, \
+        f"token {worst}: frequency {firsts[worst] / n:.3f}, softmax {float(probs[worst]):.3f}"
+    assert_clean(llm)
