@@ -11,33 +11,20 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import shlex
-import time
+
 
 def _one_run(llm, workload: list[tuple[list[int], int]]) -> dict:
-    from minisgl.benchmark.driver import TokenClock, flush_prefix_cache, submit, sync
+    """One run of the workload by the offline benchmark's own driver (chapter 22: an empty prefix cache, every
+    request queued at t = 0, the integrity check at the end), reduced to what the online rows report."""
+    from minisgl.benchmark.driver import _run_once
     from minisgl.benchmark.metrics import request_latencies
 
-    scheduler, device = llm.scheduler, llm.engine.device
-    flush_prefix_cache(scheduler)
-    sync(device)
-    t0 = time.perf_counter()
-    uids = submit(scheduler, workload)
-    clock = TokenClock(uids, submit=t0)
-    scheduler.on_token = clock.on_token
-    try:
-        scheduler.run_until_idle()
-        sync(device)
-        wall = time.perf_counter() - t0
-    finally:
-        scheduler.on_token = None
-    for uid in uids:
-        scheduler.finished.pop(uid, None)
-    traces = clock.ordered(uids)
-    lat = [request_latencies(t) for t in traces]
-    tokens = sum(t.tokens for t in traces)
-    return {"wall_s": wall, "output_tokens": tokens, "output_tok_s": tokens / wall,
+    run = _run_once(llm, workload, "offline", None, llm.scheduler.max_extend_tokens, llm.engine.device)
+    lat = [request_latencies(t) for t in run.traces]
+    tokens = sum(t.tokens for t in run.traces)
+    return {"wall_s": run.wall_s, "output_tokens": tokens, "output_tok_s": tokens / run.wall_s,
             "ttft_s": [a for a, _ in lat if a is not None], "tpot_s": [b for _, b in lat if b is not None],
-            "itl_s": [b - a for t in traces for a, b in zip(t.token_times, t.token_times[1:])]}
+            "itl_s": [b - a for t in run.traces for a, b in zip(t.token_times, t.token_times[1:])]}
 
 
 def _child(model: str, server_args: str, workload, runs: int, queue) -> None:

@@ -334,8 +334,12 @@ def rate_label(rate: float) -> str:
     return "inf" if math.isinf(rate) else f"{rate:g}"
 
 
+def ms(dist: dict, q: str, digits: int = 0) -> str:
+    """A percentile (seconds) of a distribution in milliseconds, "-" where it is undefined."""
+    return "-" if dist.get(q) is None else f"{1000 * dist[q]:.{digits}f}"
+
+
 def line(label: str, s: dict) -> str:
-    ms = lambda d, q: "-" if d[q] is None else f"{1000 * d[q]:.0f}"  # noqa: E731
     return (f"rate {label:>5}: {s['completed']}/{s['requests']} done in {s['duration_s']:.1f} s, "
             f"{s['request_throughput']:.2f} req/s, {s['output_tok_s']:.1f} tok/s, goodput {s['goodput']:.2f} req/s "
             f"({100 * s['slo_attainment']:.0f}% met the SLOs); ms p50/p90/p99: "
@@ -429,7 +433,6 @@ def run_aiperf(args: argparse.Namespace, url: str, model: str, client: Client, s
             out.append({"tool": "aiperf", "rate": label, "error": str(e)})
             continue
         out.append({"tool": "aiperf", "rate": label, "summary": summary})
-        ms = lambda d, q: "-" if d[q] is None else f"{1000 * d[q]:.0f}"  # noqa: E731
         print(f"aiperf rate {label:>5}: {summary['output_tok_s']:.1f} tok/s, {summary['errors']} errors; ms p50/p99: "
               f"TTFT {ms(summary['ttft_s'], 'p50')}/{ms(summary['ttft_s'], 'p99')}, "
               f"TPOT {ms(summary['tpot_s'], 'p50')}/{ms(summary['tpot_s'], 'p99')}", flush=True)
@@ -476,14 +479,13 @@ def summary_rows(result: dict) -> list[dict]:
 
 
 def print_summary(rows: list[dict]) -> None:
-    ms = lambda d, q: "-" if d.get(q) is None else f"{1000 * d[q]:.1f}"  # noqa: E731
     print(f"{'rate':>12} {'runs':>4} {'tok/s min/median/max':>26} {'TTFT p50/p99 ms':>17} {'TPOT p50/p99 ms':>17} "
           f"{'ITL p99 ms':>10}")
     for r in rows:
         sp = r["output_tok_s_spread"]
         print(f"{r['rate']:>12} {r['runs']:>4} {sp['min']:>8.0f} /{sp['median']:>7.0f} /{sp['max']:>7.0f} "
-              f"{ms(r['ttft_s'], 'p50'):>8}/{ms(r['ttft_s'], 'p99'):<8} {ms(r['tpot_s'], 'p50'):>8}/"
-              f"{ms(r['tpot_s'], 'p99'):<8} {ms(r['itl_s'], 'p99'):>10}")
+              f"{ms(r['ttft_s'], 'p50', 1):>8}/{ms(r['ttft_s'], 'p99', 1):<8} {ms(r['tpot_s'], 'p50', 1):>8}/"
+              f"{ms(r['tpot_s'], 'p99', 1):<8} {ms(r['itl_s'], 'p99', 1):>10}")
 
 
 TTFT_P99_AT_64 = 0.5  # seconds

@@ -526,7 +526,9 @@ def server(servers):
 def client(server):
     from openai import OpenAI
 
-    return OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    # 300 s, as the 64-stream test: in the stress run (a CPU hog, both xdist workers and a second test run on two
+    # cores) a 16-token completion once took over 120 s; a request that never ends still fails at this timeout.
+    return OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 def settle(server: Server, timeout: float = 30.0) -> dict:

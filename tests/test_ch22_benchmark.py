@@ -769,7 +769,8 @@ def test_online_median_run_and_summary_rows():
     assert m["tag"] == 20.0 and m["runs"] == 3, m
     assert m["output_tok_s_spread"] == {"min": 10.0, "median": 20.0, "max": 30.0}, m
     assert online.median_run([run(10.0), run(40.0)])["tag"] == 10.0, "an even count: the lower middle run"
-    result = {"offline": [run(5.0)], "runs": [{"rate": "inf", "summary": run(3.0)}, {"rate": "inf", "summary": run(4.0)}],
+    result = {"offline": [run(5.0)],
+              "runs": [{"rate": "inf", "summary": run(3.0)}, {"rate": "inf", "summary": run(4.0)}],
               "external": [{"tool": "aiperf", "rate": "inf", "summary": run(2.0)},
                            {"tool": "aiperf", "rate": "64", "error": "failed"}]}
     rows = online.summary_rows(result)
