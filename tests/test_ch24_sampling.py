@@ -1,23 +1,30 @@
 """Chapter 24: the sampling API. Each logits processor against an independent reference on the same logits
 (Hugging Face's own processors, OpenAI's formula and log_softmax in float64, frequencies of many draws), rows
-without these settings untouched (chapter 6's sampler, bit for bit), and whole runs against HF generate."""
+without these settings untouched (chapter 6's sampler, bit for bit), whole runs against HF generate, the
+log-probabilities of every output token through the scheduler (overlap, retraction), and the server's OpenAI
+shapes (n choices, logprobs) read by the official openai client."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
-from helpers import TEXTS, assert_clean, assert_close, hf_greedy, hf_model, model_path, tokenizer
+from helpers import CHAT, TEXTS, assert_clean, assert_close, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.engine.processors import apply_penalties, min_p_filter
 from minisgl.engine.sample import BatchSamplingArgs, Sampler, edit_logits, gather_logprobs
 from minisgl.llm import LLM
+from minisgl.message import UserReply
+from minisgl.server.protocol import ChatCompletionRequest, CompletionRequest
 from minisgl.teaching.manual import ManualBatcher
 
 NAME = "tiny-qwen3"
@@ -401,3 +408,314 @@ def test_the_first_tokens_of_n_samples_follow_the_models_softmax(llm):
     assert abs(firsts[worst] / n - float(probs[worst])) < 0.065, \
         f"token {worst}: frequency {firsts[worst] / n:.3f}, softmax {float(probs[worst]):.3f}"
     assert_clean(llm)
+
+
+# --- log-probabilities through the scheduler and LLM ------------------------------------------------------------
+
+def hf_logprobs(ids: list[int], out: list[int]) -> torch.Tensor:
+    """[len(out), vocab] float64 log_softmax of HF's logits at each output position (the sequence fed whole)."""
+    with torch.inference_mode():
+        logits = hf_model(NAME)(torch.tensor([ids + out])).logits[0, len(ids) - 1: len(ids) + len(out) - 1]
+    return logits.double().log_softmax(-1)
+
+
+def check_logprobs(result: dict, ids: list[int], k: int, what: str) -> None:
+    out = result["token_ids"]
+    want = hf_logprobs(ids, out)
+    assert len(result["logprobs"]) == len(out), f"{what}: {len(result['logprobs'])} logprobs for {len(out)} tokens"
+    chosen = want[torch.arange(len(out)), torch.tensor(out)]
+    assert_close(torch.tensor(result["logprobs"]), chosen, 1e-4, f"{what}: logprobs of the output tokens",
+                 row="token")
+    for step, top in enumerate(result["top_logprobs"]):
+        assert len(top) == k, f"{what}, token {step}: {len(top)} alternatives, asked for {k}"
+        got_ids = [t for t, _ in top]
+        values = torch.tensor([v for _, v in top])
+        assert values.tolist() == sorted(values.tolist(), reverse=True), f"{what}, token {step}: not best first"
+        assert_close(values, want[step, got_ids], 1e-4, f"{what}, token {step}: top_logprobs values vs HF")
+        gap = float(want[step].topk(k + 1).values[k - 1] - want[step].topk(k + 1).values[k])
+        if gap > 1e-3:  # no near-tie at the k-th place: the same ids as HF's top k
+            assert set(got_ids) == set(want[step].topk(k).indices.tolist()), \
+                f"{what}, token {step}: top ids {got_ids} vs HF {want[step].topk(k).indices.tolist()}"
+
+
+@pytest.mark.stubs("gather_logprobs")
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_generate_returns_hfs_logprobs_for_every_output_token(overlap):
+    """Greedy and sampled requests with logprobs beside requests without, through the scheduler (overlap on or off):
+    every output token's log-probability and top 3 are HF's float64 log_softmax at that position."""
+    llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=256, num_pages=1024, overlap=overlap)
+    ps = prompts()
+    params = [SamplingParams(max_tokens=N, ignore_eos=True, logprobs=True, top_logprobs=3),
+              SamplingParams(max_tokens=N, ignore_eos=True),
+              SamplingParams(max_tokens=N, ignore_eos=True, logprobs=True, top_logprobs=3, temperature=0.8, seed=2),
+              SamplingParams(max_tokens=N, ignore_eos=True, logprobs=True, top_logprobs=1, repetition_penalty=1.3)]
+    outs = llm.generate(ps[:4], params)
+    assert "logprobs" not in outs[1], "a request that did not ask gets no logprobs"
+    for i in (0, 2, 3):
+        check_logprobs(outs[i], ps[i], params[i].top_logprobs, f"request {i}")
+    assert outs[0]["token_ids"] == hf_greedy(NAME, ps[0], N), "logprobs change nothing in the output"
+    assert not llm.scheduler.logprobs, f"entries left behind: {list(llm.scheduler.logprobs)}"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("gather_logprobs")
+def test_logprobs_survive_a_retraction():
+    """A tight pool with optimistic admission retracts requests and recomputes them: each keeps one entry per
+    output token, the same as in a pool that never retracts."""
+    from minisgl.scheduler.retract import NewTokenRatio
+
+    ps = prompts()
+    params = SamplingParams(max_tokens=24, ignore_eos=True, logprobs=True, top_logprobs=2)
+    runs = {}
+    for pool, admission in ((8 * 64, "conservative"), (110, "optimistic")):
+        llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=64, page_size=1, num_pages=pool, overlap=False,
+                  admission=admission, new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
+        runs[admission] = (llm.generate(ps, params), llm.scheduler.num_retractions)
+        assert_clean(llm)
+    (calm, zero), (tight, retractions) = runs["conservative"], runs["optimistic"]
+    assert zero == 0 and retractions > 0, f"retractions: {zero} in the large pool, {retractions} in the tight one"
+    for i, (a, b) in enumerate(zip(calm, tight)):
+        assert a["token_ids"] == b["token_ids"], f"request {i}: the output changed with retraction"
+        assert len(b["logprobs"]) == len(b["token_ids"]), \
+            f"request {i}: {len(b['logprobs'])} logprobs for {len(b['token_ids'])} tokens after a retraction"
+        assert_close(torch.tensor(b["logprobs"]), torch.tensor(a["logprobs"]), 1e-4, f"request {i}: logprobs",
+                     row="token")
+
+
+# --- the text side: min_tokens against stops, token texts --------------------------------------------------------
+
+def test_min_tokens_holds_off_stop_tokens_and_stop_strings():
+    """vLLM's rule: neither a stop token id nor a stop string ends the stream before min_tokens tokens."""
+    from minisgl.tokenizer.detokenize import IncrementalDetokenizer
+
+    tok = tokenizer("smollm2")
+    ids = tok.encode(" one. two. three. four.")
+    dot = tok.encode(".")[0]
+    assert dot in ids
+    first_dot = ids.index(dot)
+    for min_tokens in (0, first_dot + 2):
+        d = IncrementalDetokenizer(tok, stop_token_ids=[dot], min_tokens=min_tokens)
+        text = "".join(d.step(t) for t in ids if not d.finished) + d.finish()
+        fed = ids[: next(i for i, t in enumerate(ids) if t == dot and i >= min_tokens)]
+        assert text == tok.decode(fed), f"min_tokens {min_tokens}, stop token '.': {text!r}"
+        d = IncrementalDetokenizer(tok, stop=["."], min_tokens=min_tokens)
+        text = "".join(d.step(t) for t in ids if not d.finished) + d.finish()
+        want = " one" if min_tokens == 0 else " one. two"
+        assert text == want and d.matched_stop == ".", f"min_tokens {min_tokens}, stop string '.': {text!r}"
+
+
+def test_the_tokenizer_process_sends_token_texts_and_keeps_them_across_a_stream_interval():
+    from minisgl.message import DetokenizeMsg
+    from minisgl.tokenizer.server import TokenizerWorker
+
+    tok = tokenizer("smollm2")
+    ids = tok.encode(" Paris is the capital")
+    worker = TokenizerWorker(tok, max_seq_len=64)
+    worker.open_stream(1, 3, stream_interval=2)
+    for i, t in enumerate(ids):
+        msg = DetokenizeMsg(1, t, i == len(ids) - 1, "length" if i == len(ids) - 1 else None)
+        msg.logprob, msg.top_ids, msg.top_logprobs = -0.5 * i, [t, 0], [-0.5 * i, -9.0]
+        worker.handle([msg])
+    _, replies = worker.take_outputs()
+    entries = [e for r in replies for e in r.logprobs]
+    assert [e.token for e in entries] == [tok.decode([t]) for t in ids], f"one text per token: {entries}"
+    assert "".join(e.token for e in entries) == "".join(r.incremental_output for r in replies)
+    assert [e.logprob for e in entries] == [-0.5 * i for i in range(len(ids))]
+    assert all(e.top_tokens == [e.token, tok.decode([0], skip_special_tokens=False)] for e in entries)
+    assert len(replies) < len(ids), "a stream interval of 2 holds replies back, and their logprobs with them"
+
+
+# --- the server's shapes ------------------------------------------------------------------------------------------
+
+def entry(token: str, logprob: float):
+    from minisgl.message.frontend import TokenLogprob
+
+    return TokenLogprob(token, logprob, [token, "x"], [logprob, logprob - 1])
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_a_whole_answer_has_n_choices_and_openais_logprobs(chat):
+    from minisgl.server.api_server import Completion
+
+    shape = Completion(chat, "m")
+    last = [UserReply(1, "", True, "length", 5, 2), UserReply(2, "", True, "stop", 5, 3)]
+    body = shape.full(["ab", "c"], last, [[entry("a", -1.0), entry("b", -2.0)], None])
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    assert [c["finish_reason"] for c in body["choices"]] == ["length", "stop"]
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}, \
+        "usage counts the prompt once and the tokens of every choice"
+    lp, none = body["choices"][0]["logprobs"], body["choices"][1]["logprobs"]
+    assert none is None, "a choice without logprobs has null"
+    if chat:
+        assert lp["content"] == [
+            {"token": "a", "logprob": -1.0, "bytes": [97],
+             "top_logprobs": [{"token": "a", "logprob": -1.0, "bytes": [97]},
+                              {"token": "x", "logprob": -2.0, "bytes": [120]}]},
+            {"token": "b", "logprob": -2.0, "bytes": [98],
+             "top_logprobs": [{"token": "b", "logprob": -2.0, "bytes": [98]},
+                              {"token": "x", "logprob": -3.0, "bytes": [120]}]}], lp
+    else:
+        assert lp == {"tokens": ["a", "b"], "token_logprobs": [-1.0, -2.0], "text_offset": [0, 1],
+                      "top_logprobs": [{"a": -1.0, "x": -2.0}, {"b": -2.0, "x": -3.0}]}, lp
+
+
+def test_a_stream_of_two_choices_names_each_and_ends_after_both():
+    from minisgl.server.api_server import Completion, events
+
+    class Frontend:
+        def __init__(self):
+            self.finished, self.aborted = [], []
+
+        def finish(self, uid):
+            self.finished.append(uid)
+
+        def abort(self, uid):
+            self.aborted.append(uid)
+
+    class Request:
+        async def is_disconnected(self):
+            return False
+
+    replies = [UserReply(7, "a", False, None, 4, 1), UserReply(8, "x", False, None, 4, 1),
+               UserReply(7, "b", True, "length", 4, 2), UserReply(8, "y", False, None, 4, 2),
+               UserReply(8, "z", True, "stop", 4, 3)]
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": "q"}], n=2, stream=True,
+                                stream_options={"include_usage": True})
+    frontend, queue = Frontend(), asyncio.Queue()
+
+    async def collect():
+        for r in replies[1:]:
+            queue.put_nowait(r)
+        return [e async for e in events(frontend, [7, 8], queue, replies[0], Completion(True, "m"), Request(), req)]
+
+    raw = "".join(asyncio.run(collect()))
+    chunks = [e[6:] for e in raw.strip().split("\n\n")]
+    assert chunks[-1] == "[DONE]", "the stream ends with [DONE]"
+    data = [json.loads(c) for c in chunks[:-1]]
+    usage = data[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5, f"one usage chunk at the end: {usage}"
+    text = {0: "", 1: ""}
+    reasons = {}
+    for c in data[:-1]:
+        (choice,) = c["choices"]
+        text[choice["index"]] += choice["delta"].get("content", "")
+        if choice["finish_reason"]:
+            reasons[choice["index"]] = choice["finish_reason"]
+    assert text == {0: "ab", 1: "xyz"} and reasons == {0: "length", 1: "stop"}, f"{text} {reasons}"
+    roles = [c["choices"][0]["index"] for c in data if c["choices"] and c["choices"][0]["delta"].get("role")]
+    assert roles == [0, 1], f"each choice's first chunk names the role: {roles}"
+    assert frontend.finished == [7, 8] and not frontend.aborted
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"logit_bias": {"x": 1.0}}, "logit_bias"), ({"logit_bias": {"5": 101.0}}, "logit_bias[5]"),
+    ({"logprobs": 6}, "logprobs"), ({"n": 0}, "n"), ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"repetition_penalty": 0.0}, "repetition_penalty"), ({"min_p": 1.5}, "min_p"),
+    ({"min_tokens": 20, "max_tokens": 16}, "min_tokens"), ({"best_of": 2}, "best_of"),
+], ids=lambda v: json.dumps(v) if isinstance(v, dict) else v)
+def test_bad_sampling_fields_are_a_400_naming_them(fields, param):
+    from minisgl.server.protocol import APIError, CompletionRequest, to_tokenize_msg
+
+    with pytest.raises(APIError) as refused:
+        to_tokenize_msg(0, CompletionRequest(**({"prompt": "hi"} | fields)))
+    assert (refused.value.status, refused.value.param) == (400, param), \
+        f"{fields}: got {refused.value.status} naming {refused.value.param!r} ({refused.value.message})"
+
+
+def test_openai_sampling_fields_become_sampling_params():
+    from minisgl.server.protocol import to_tokenize_msg
+
+    chat = ChatCompletionRequest(messages=[{"role": "user", "content": "q"}], n=3, logprobs=True, top_logprobs=4,
+                                 presence_penalty=0.5, frequency_penalty=-0.5, logit_bias={"12": -100},
+                                 repetition_penalty=1.1, min_p=0.05, min_tokens=2, seed=9)
+    p = to_tokenize_msg(0, chat).sampling_params
+    assert (p.n, p.logprobs, p.top_logprobs, p.presence_penalty, p.frequency_penalty, p.logit_bias,
+            p.repetition_penalty, p.min_p, p.min_tokens) == (3, True, 4, 0.5, -0.5, {12: -100.0}, 1.1, 0.05, 2), p
+    with pytest.raises(Exception, match="top_logprobs"):
+        to_tokenize_msg(0, ChatCompletionRequest(messages=[{"role": "user", "content": "q"}], top_logprobs=2))
+    legacy = to_tokenize_msg(0, CompletionRequest(prompt="hi", logprobs=0)).sampling_params
+    assert (legacy.logprobs, legacy.top_logprobs) == (True, 0), "completions' logprobs=0: the chosen tokens only"
+    assert not to_tokenize_msg(0, CompletionRequest(prompt="hi")).sampling_params.logprobs
+
+
+# --- the server, through the official openai client --------------------------------------------------------------
+
+SERVER_MODEL = "smollm2"
+
+
+@pytest.fixture(scope="module")
+def server():
+    from minisgl.server.local import LocalServer
+
+    flags = ("--max-running-reqs", "8", "--max-seq-len", "256", "--cpu-kv-cache-mb", "32")
+    with LocalServer(model_path(SERVER_MODEL), *flags, echo=False) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def chat_ids(messages: list[dict]) -> list[int]:
+    tok = tokenizer(SERVER_MODEL)
+    return list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+@pytest.mark.stubs("gather_logprobs")
+def test_the_openai_client_reads_n_choices_and_logprobs_of_a_chat(client):
+    """n = 2 at temperature 0: both choices are HF greedy; each token's logprob and top 2 are HF's."""
+    tok = tokenizer(SERVER_MODEL)
+    messages = [{"role": "user", "content": CHAT[0]}]
+    ids = chat_ids(messages)
+    want = hf_greedy(SERVER_MODEL, ids, 12, stop_at_eos=True)
+    r = client.chat.completions.create(model=SERVER_MODEL, messages=messages, max_tokens=12, temperature=0, n=2,
+                                       logprobs=True, top_logprobs=2)
+    assert [c.index for c in r.choices] == [0, 1], f"choices {r.choices}"
+    assert r.usage.completion_tokens == 2 * len(want) and r.usage.prompt_tokens == len(ids), f"usage {r.usage}"
+    with torch.inference_mode():
+        logits = hf_model(SERVER_MODEL)(torch.tensor([ids + want])).logits[0, len(ids) - 1: len(ids) + len(want) - 1]
+    ref = logits.double().log_softmax(-1)
+    for c in r.choices:
+        assert c.message.content == tok.decode(want, skip_special_tokens=True), f"choice {c.index}: {c.message}"
+        content = c.logprobs.content
+        assert [e.token for e in content] == [tok.decode([t], skip_special_tokens=False) for t in want], \
+            f"choice {c.index}: token texts {[e.token for e in content]}"
+        got = torch.tensor([e.logprob for e in content])
+        assert_close(got, ref[torch.arange(len(want)), torch.tensor(want)], 1e-4,
+                     f"choice {c.index}: logprobs against HF", row="token")
+        assert all(len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token for e in content), \
+            f"choice {c.index}: at temperature 0 the best alternative is the token itself"
+
+
+@pytest.mark.stubs("apply_penalties")
+def test_seeded_choices_of_a_stream_are_the_requests_with_seeds_seed_plus_k(client):
+    """n = 3, seed 4, streamed with legacy logprobs: choice k is the answer to the same request with n = 1 and seed
+    4 + k; the choices stream interleaved, each chunk naming its index."""
+    kw = dict(model=SERVER_MODEL, prompt=TEXTS[1], max_tokens=10, temperature=1.0, presence_penalty=1.0)
+    texts, logprobs = {}, {}
+    for chunk in client.completions.create(n=3, seed=4, stream=True, logprobs=1, **kw):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.logprobs is not None:
+                logprobs.setdefault(c.index, []).extend(c.logprobs.tokens)
+    assert sorted(texts) == [0, 1, 2], f"choices streamed: {sorted(texts)}"
+    for k in range(3):
+        alone = client.completions.create(n=1, seed=4 + k, **kw).choices[0].text
+        assert texts[k] == alone, f"choice {k}: {texts[k]!r}, seed {4 + k} alone: {alone!r}"
+        assert "".join(logprobs[k]) == texts[k], f"choice {k}: the logprobs' tokens spell its text"
+    assert len(set(texts.values())) > 1, "three samples at temperature 1 all equal"
+
+
+def test_bad_sampling_fields_get_a_400_and_the_server_goes_on(server, client):
+    for body, param in [({"logit_bias": {"abc": 1}}, "logit_bias"), ({"logprobs": 7}, "logprobs"),
+                        ({"repetition_penalty": -1}, "repetition_penalty"),
+                        ({"logit_bias": {str(10**6): 1}}, "logit_bias")]:
+        r = httpx.post(server.url + "/v1/completions", timeout=120,
+                       json={"model": SERVER_MODEL, "prompt": "hi", "max_tokens": 2} | body)
+        error = r.json().get("error", {})
+        assert r.status_code == 400 and error.get("param") == param, f"{body}: {r.status_code} {r.text}"
+    r = client.completions.create(model=SERVER_MODEL, prompt="hi", max_tokens=2, temperature=0)
+    assert r.choices[0].text, "the server answers after the bad requests"

@@ -126,8 +126,12 @@ class LLM:
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[dict]:
         """[{"text", "token_ids"}] in the order of `prompts` (one text prompt may stand alone). Every prompt is
         checked before any is queued. If the run fails or is interrupted, its requests are aborted and freed and
-        the error goes on; the LLM serves the next call. A prompt with n > 1 (chapter 24) also gets "samples", its
-        n answers (the first is "text" / "token_ids")."""
+        the error goes on; the LLM serves the next call.
+
+        Chapter 24: with logprobs, an answer also has "logprobs" (the log-probability of each output token, from
+        the model's distribution before any sampling setting) and, with top_logprobs, "top_logprobs" (for each
+        output token, the (token id, logprob) pairs of the most likely ones, best first). A prompt with n > 1
+        also gets "samples", its n answers (the first is also the answer itself)."""
         requests = self._requests(prompts, sampling_params)
         expanded, owner = expand_samples(requests)
         run = self._group.generate if self._group is not None else (lambda reqs: self._run(self._pending(reqs)))
@@ -138,17 +142,22 @@ class LLM:
             run(shared)
         outputs = run(expanded)
         results = [{"samples": []} for _ in requests]
-        for i, ids in zip(owner, outputs):
-            results[i]["samples"].append({"text": self.tokenizer.decode(ids, skip_special_tokens=True),
-                                          "token_ids": ids})
+        for i, (ids, logprobs) in zip(owner, outputs):
+            sample = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids}
+            if logprobs is not None:
+                sample["logprobs"] = [lp for lp, _ in logprobs]
+                if requests[i][1].top_logprobs:
+                    sample["top_logprobs"] = [top for _, top in logprobs]
+            results[i]["samples"].append(sample)
         for result, (_, p) in zip(results, requests):
             result.update(result["samples"][0])
             if p.n == 1:
                 del result["samples"]
         return results
 
-    def _run(self, pending: list[PendingReq]) -> list[list[int]]:
-        """Queue checked requests, run the scheduler until they all finished; their output token ids."""
+    def _run(self, pending: list[PendingReq]) -> list[tuple[list[int], list | None]]:
+        """Queue checked requests, run the scheduler until they all finished; their output token ids, and their
+        log-probability entries (None for a request that did not ask)."""
         self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         for p in pending:
             self.scheduler.add_request(p)
@@ -156,7 +165,8 @@ class LLM:
         quiet = ENV.QUIET or not get_tp_info().is_primary  # one progress bar, not one per rank
         with tqdm(total=len(pending), desc="generate", disable=quiet) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        return [self.scheduler.finished.pop(p.uid).output_ids for p in pending]
+        return [(self.scheduler.finished.pop(p.uid).output_ids, self.scheduler.logprobs.pop(p.uid, None))
+                for p in pending]
 
 
 def expand_samples(requests: list[tuple[list[int], SamplingParams]],
