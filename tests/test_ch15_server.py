@@ -627,7 +627,7 @@ BAD = [  # (body or raw text, status, param or None)
     ("{not json", 400, None), ({"prompt": 5}, 400, "prompt"), ({"prompt": "x", "max_tokens": "9"}, 400, "max_tokens"),
     ({"prompt": "x", "temperature": True}, 400, "temperature"), ({"prompt": ""}, 400, "prompt"),
     ({"prompt": "x", "max_tokens": 600}, 400, "prompt"), ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
-    ({"prompt": "x", "n": 3}, 400, "n"), ({"prompt": "x", "unknown_field": 1}, 400, "unknown_field"),
+    ({"prompt": "x", "n": 0}, 400, "n"), ({"prompt": "x", "unknown_field": 1}, 400, "unknown_field"),
     ({"prompt": [151, 10**9]}, 400, "prompt"), ({}, 400, "prompt"),
 ]
 
