@@ -119,7 +119,9 @@ def test_frames_are_tagged_and_versioned():
 
 @pytest.mark.stubs("decode_value")
 def test_decode_value_follows_the_type_hints():
-    params = {"__type__": "SamplingParams", "temperature": 1, "top_k": 5, "top_p": 0.5, "max_tokens": 3,
+    # Every field at its default (later chapters add fields: chapter 24), then the ones this test reads.
+    defaults = {f.name: getattr(SamplingParams(), f.name) for f in dataclasses.fields(SamplingParams)}
+    params = {"__type__": "SamplingParams", **defaults, "temperature": 1, "top_k": 5, "top_p": 0.5, "max_tokens": 3,
               "ignore_eos": False, "seed": None}
     back = decode_value(params, SamplingParams, "params")
     assert back == SamplingParams(1.0, 5, 0.5, 3, False) and type(back.temperature) is float, f"got {back}"

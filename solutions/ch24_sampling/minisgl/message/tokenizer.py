@@ -1,0 +1,68 @@
+"""Messages the tokenizer/detokenizer process receives: text to tokenize and aborts (from the front end); tokens
+to detokenize, refused requests and status reports (from the scheduler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+from minisgl.core import SamplingParams
+
+from .utils import decode_message, encode_message
+
+
+@dataclass
+class BaseTokenizerMsg:
+    @staticmethod
+    def encoder(msg: BaseTokenizerMsg) -> dict:
+        return encode_message(msg)
+
+    @staticmethod
+    def decoder(data: Any) -> BaseTokenizerMsg:
+        return decode_message(data, BaseTokenizerMsg)
+
+
+@dataclass
+class BatchTokenizerMsg(BaseTokenizerMsg):
+    data: List[BaseTokenizerMsg]
+
+
+@dataclass
+class DetokenizeMsg(BaseTokenizerMsg):
+    uid: int
+    next_token: int
+    finished: bool
+    finish_reason: str | None = None  # when finished: "stop" (an EOS token) or "length" (max_tokens)
+    # Chapter 24, for a request that asked: the token's log-probability, and the ids and log-probabilities of the
+    # most likely tokens at this step (top_logprobs of them, best first)
+    logprob: float | None = None
+    top_ids: List[int] | None = None
+    top_logprobs: List[float] | None = None
+
+
+@dataclass
+class TokenizeMsg(BaseTokenizerMsg):
+    uid: int
+    text: str | List[Dict[str, str]] | List[int]  # a prompt, chat messages [{"role", "content"}], or token ids
+    sampling_params: SamplingParams
+    stop: List[str] = field(default_factory=list)  # stop strings: the text ends before the first one
+    stop_token_ids: List[int] = field(default_factory=list)  # more tokens that end the text (not shown)
+    auto_max_tokens: bool = False  # max_tokens was not given: use all the room the context leaves
+    stream_interval: int = 1  # a reply every this many tokens (and the first and the last); 0: the first and last only
+
+
+@dataclass
+class AbortMsg(BaseTokenizerMsg):
+    uid: int
+
+
+@dataclass
+class ErrorMsg(BaseTokenizerMsg):
+    uid: int
+    message: str  # why the scheduler refused the request (it never ran)
+
+
+@dataclass
+class StatusMsg(BaseTokenizerMsg):
+    uid: int
+    status: Dict[str, int]  # the scheduler's counters, answering a GetStatusMsg
