@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nano-vllm", default=None, metavar="PATH",
                     help="nano-vllm checkout for the nano-vllm system (default: $NANO_VLLM)")
     ap.add_argument("--keep-tokens", action="store_true", help="store every request's output tokens in the JSON")
+    ap.add_argument("--sampling", type=json.loads, default=None, metavar="JSON",
+                    help="the SamplingParams fields of the ours-sampling-api row (default: SAMPLING_API)")
     return ap
 
 
@@ -244,7 +246,7 @@ def open_system(name: str, bench: Bench):
 
         sampling = None
         if name == "ours-sampling-api":
-            sampling, name = sampling_api(), "ours"
+            sampling, name = sampling_api(args.sampling), "ours"
         cap = args.max_seconds or (args.torch_seconds if name == "ours-torch" and not args.quick else None)
         with ours(bench.model, bench.workload, name, cap, args.max_extend_tokens, args.page_size,
                   args.cuda_graph_max_bs, bench.device, bench.dtype_name, sampling) as run:
@@ -270,14 +272,15 @@ def open_system(name: str, bench: Bench):
         raise ValueError(f"{name} is not a system that runs the workload")
 
 
-def sampling_api() -> dict:
-    """SAMPLING_API, or Skipped on a tree before chapter 24 (its SamplingParams has none of these fields)."""
+def sampling_api(fields: dict | None = None) -> dict:
+    """The fields (default SAMPLING_API), or Skipped on a tree before chapter 24 (its SamplingParams has none)."""
     from minisgl.core import SamplingParams
 
-    missing = [f for f in SAMPLING_API if not hasattr(SamplingParams(), f)]
+    fields = SAMPLING_API if fields is None else fields
+    missing = [f for f in fields if not hasattr(SamplingParams(), f)]
     if missing:
         raise Skipped(f"this tree's SamplingParams has no {', '.join(missing)} (chapter 24's sampling API)")
-    return SAMPLING_API
+    return fields
 
 
 def run_system(name: str, bench: Bench) -> dict:
@@ -297,7 +300,7 @@ def run_system(name: str, bench: Bench) -> dict:
         return record
     record.update(results(measured, bench))
     if name == "ours-sampling-api":
-        record["config"] = {**record.get("config", {}), "sampling": SAMPLING_API}
+        record["config"] = {**record.get("config", {}), "sampling": sampling_api(bench.args.sampling)}
     return record
 
 

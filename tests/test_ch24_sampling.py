@@ -667,7 +667,8 @@ def chat_ids(messages: list[dict]) -> list[int]:
 @pytest.mark.stubs("gather_logprobs")
 def test_the_openai_client_reads_n_choices_and_logprobs_of_a_chat(client):
     """n = 2 at temperature 0: both choices are HF greedy; each token's logprob and top 2 are HF's."""
-    tok = tokenizer(SERVER_MODEL)
+    gather_logprobs(torch.zeros(1, 4), torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.long), 2)
+    tok = tokenizer(SERVER_MODEL)  # the line above: on the skeleton, the stub fails here, not in the server
     messages = [{"role": "user", "content": CHAT[0]}]
     ids = chat_ids(messages)
     want = hf_greedy(SERVER_MODEL, ids, 12, stop_at_eos=True)
@@ -694,6 +695,8 @@ def test_the_openai_client_reads_n_choices_and_logprobs_of_a_chat(client):
 def test_seeded_choices_of_a_stream_are_the_requests_with_seeds_seed_plus_k(client):
     """n = 3, seed 4, streamed with legacy logprobs: choice k is the answer to the same request with n = 1 and seed
     4 + k; the choices stream interleaved, each chunk naming its index."""
+    one = torch.ones(1)  # on the skeleton, the stub fails here, in this process, not in the server's
+    apply_penalties(torch.zeros(1, 4), torch.zeros(1, 4), torch.zeros(1, 4, dtype=torch.bool), one, one, one)
     kw = dict(model=SERVER_MODEL, prompt=TEXTS[1], max_tokens=10, temperature=1.0, presence_penalty=1.0)
     texts, logprobs = {}, {}
     for chunk in client.completions.create(n=3, seed=4, stream=True, logprobs=1, **kw):
@@ -719,3 +722,31 @@ def test_bad_sampling_fields_get_a_400_and_the_server_goes_on(server, client):
         assert r.status_code == 400 and error.get("param") == param, f"{body}: {r.status_code} {r.text}"
     r = client.completions.create(model=SERVER_MODEL, prompt="hi", max_tokens=2, temperature=0)
     assert r.choices[0].text, "the server answers after the bad requests"
+
+
+# --- the GPU ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.stubs("apply_penalties", "min_p_filter", "gather_logprobs")
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_the_sampling_api_on_the_gpu_with_cuda_graphs(overlap):
+    """On CUDA in float32, with CUDA graphs up to batch 8 and overlap on or off, four rows of one batch: a plain
+    greedy one equals HF greedy, a penalised one HF generate with its processor, a logprobs one HF's float64
+    log_softmax, and a seeded min_p sample draws the same tokens when run again alone."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    llm = LLM(model_path(NAME), device="cuda", dtype="float32", max_running_reqs=8, max_seq_len=256, num_pages=1024,
+              overlap=overlap, cuda_graph_max_bs=8)
+    ps = prompts()
+    params = [SamplingParams(max_tokens=N, ignore_eos=True),
+              SamplingParams(max_tokens=N, ignore_eos=True, repetition_penalty=1.3),
+              SamplingParams(max_tokens=N, ignore_eos=True, logprobs=True, top_logprobs=3),
+              SamplingParams(max_tokens=N, ignore_eos=True, temperature=0.9, min_p=0.1, seed=3)]
+    outs = llm.generate(ps[:4], params)
+    assert outs[0]["token_ids"] == hf_greedy(NAME, ps[0], N), "a plain row on the GPU differs from HF greedy"
+    want = hf_generate(ps[1], N, repetition_penalty=1.3)
+    assert outs[1]["token_ids"] == want, f"repetition penalty on the GPU: {outs[1]['token_ids']} vs HF {want}"
+    check_logprobs(outs[2], ps[2], 3, "GPU request 2")
+    again = llm.generate(ps[3:4], params[3:])[0]["token_ids"]
+    assert again == outs[3]["token_ids"], f"a seeded min_p sample changed when run alone: {again} vs {outs[3]}"
+    assert_clean(llm)
