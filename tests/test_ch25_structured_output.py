@@ -1,0 +1,208 @@
+"""Chapter 25: structured output. The token bitmask against xgrammar's own kernel, the scheduler's masks and
+matchers, and whole runs: every output of a batch of schemas parses and validates (jsonschema), greedy output under
+a grammar equals Hugging Face generate with xgrammar's own logits processor, constrained and free rows in one
+batch, overlap on and off, aborts mid-grammar, and a grammar that does not compile refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from helpers import CHAT, TEXTS, assert_clean, hf_greedy, hf_model, model_path, tokenizer
+from minisgl.constrained.grammar import GrammarCache, GrammarSpec, allocate_bitmask, apply_token_bitmask
+from minisgl.core import Batch, SamplingParams
+from minisgl.llm import LLM
+
+NAME = "smollm2"  # a real tokenizer: JSON needs tokens for quotes, braces and digits
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+     "required": ["name", "age"]},
+    {"type": "object", "properties": {"colors": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+     "required": ["colors"]},
+    {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "sure": {"type": "boolean"}},
+     "required": ["answer", "sure"]},
+]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(model_path(NAME), max_running_reqs=8, max_seq_len=512, num_pages=4096, overlap=False)
+
+
+def chat_ids(question: str) -> list[int]:
+    tok = tokenizer(NAME)
+    messages = [{"role": "user", "content": question}]
+    return list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def json_params(schema: dict, max_tokens: int = 48) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, json_schema=json.dumps(schema))
+
+
+# --- the bitmask --------------------------------------------------------------------------------------------------
+
+@pytest.mark.stubs("apply_token_bitmask")
+@pytest.mark.parametrize("vocab", [64, 100, 49152])
+def test_the_bitmask_masks_what_xgrammars_kernel_masks_and_no_other_row(vocab):
+    """Random bitmasks (every bit pattern, bit 31 of a word included) on some rows of a batch: the same logits as
+    xgrammar's apply_token_bitmask_inplace on those rows, every other row bit for bit."""
+    import xgrammar as xgr
+
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(5, vocab, generator=g)
+    rows = torch.tensor([3, 0])
+    words = (vocab + 31) // 32
+    bitmask = torch.randint(-2**31, 2**31 - 1, (2, words), generator=g, dtype=torch.int64).to(torch.int32)
+    bitmask[0, 0] = -1  # all allowed
+    bitmask[1, -1] = -2**31  # only bit 31 of the last word
+    got = apply_token_bitmask(logits.clone(), bitmask, rows)
+    want = logits.clone()
+    for k, row in enumerate(rows.tolist()):
+        line = want[row: row + 1]
+        xgr.apply_token_bitmask_inplace(line, bitmask[k: k + 1])
+    for row in range(5):
+        assert torch.equal(got[row], want[row]), \
+            f"vocab {vocab}, row {row}: {int((got[row] != want[row]).sum())} logits differ from xgrammar's mask"
+
+
+# --- the scheduler's masks and matchers ------------------------------------------------------------------------------
+
+@pytest.mark.stubs("Scheduler.grammar_mask")
+def test_a_batch_mask_has_a_line_per_constrained_sampling_row(llm):
+    """Three requests, the middle one free, prefilled together: the first batch's mask covers rows 0 and 2, in
+    batch order, each line what a fresh matcher of its grammar allows; batches of free requests carry no mask."""
+    sched = llm.scheduler
+    specs = [GrammarSpec("regex", "(yes|no)"), None, GrammarSpec("json_schema", json.dumps(SCHEMAS[0]))]
+    params = [SamplingParams(max_tokens=4, **({spec.kind: spec.text} if spec else {})) for spec in specs]
+    seen = []
+    sched.on_batch = lambda b: seen.append(([r.uid for r in b.reqs], b.grammar_mask))
+    try:
+        llm.generate([chat_ids(CHAT[0])] * 3, params)
+        first_uids, mask = seen[0]
+        assert len(first_uids) == 3 and mask is not None, f"the first batch: {first_uids}, mask {mask}"
+        rows, bitmask = mask
+        assert rows == [0, 2], f"rows with a grammar, in batch order: {rows}"
+        for k, spec in enumerate((specs[0], specs[2])):
+            want = allocate_bitmask(1, llm.engine.model_config.vocab_size)
+            sched.grammars.matcher(spec).fill(want, 0)
+            assert torch.equal(bitmask[k], want[0]), f"line {k} is not what the {spec.kind} allows first"
+        seen.clear()
+        llm.generate([chat_ids(CHAT[1])] * 2, SamplingParams(max_tokens=3))
+        assert seen and all(m is None for _, m in seen), "batches without a grammar carry no mask"
+    finally:
+        sched.on_batch = None
+    assert not sched.constraints, f"finished requests keep no matcher: {list(sched.constraints)}"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("Scheduler.advance_grammar")
+def test_a_token_outside_the_grammar_is_an_error_naming_it(llm):
+    from minisgl.core import Req
+    from minisgl.scheduler.utils import PendingReq
+
+    sched = llm.scheduler
+    ids = torch.tensor(chat_ids(CHAT[1]), dtype=torch.int32)
+    params = SamplingParams(max_tokens=4, regex="(yes|no)")
+    sched.add_request(PendingReq(950, ids, params))  # waiting: its matcher exists
+    req = Req(ids, 0, 0, 4, 950, params)
+    try:
+        bad = tokenizer(NAME).encode("maybe")[0]
+        with pytest.raises(RuntimeError, match=f"request 950: token {bad} is outside its grammar"):
+            sched.advance_grammar(req, bad)
+        sched.advance_grammar(req, tokenizer(NAME).encode("yes")[0])  # allowed: no error
+    finally:
+        assert sched.abort_request(950), "the request was waiting"
+    assert 950 not in sched.constraints, "an aborted request keeps no matcher"
+    assert_clean(llm)
+
+
+# --- whole runs -------------------------------------------------------------------------------------------------
+
+def hf_constrained(ids: list[int], spec: GrammarSpec, n: int) -> list[int]:
+    """HF greedy with xgrammar's own Hugging Face logits processor (its matcher, its kernel)."""
+    import xgrammar as xgr
+    from xgrammar.contrib.hf import LogitsProcessor
+
+    tok = tokenizer(NAME)
+    model = hf_model(NAME)
+    cache = GrammarCache(tok, model.config.vocab_size)
+    processor = LogitsProcessor(cache.compile(spec))
+    del xgr
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=n, logits_processor=[processor],
+                             temperature=None, top_p=None, top_k=None)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_a_batch_of_schemas_and_free_rows(overlap):
+    """Three schemas and two free rows in one batch: each constrained answer parses, validates against its schema
+    and equals HF generate with xgrammar's processor; the free rows equal HF greedy."""
+    import jsonschema
+
+    llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=512, num_pages=4096, overlap=overlap)
+    questions = ["Describe a person as JSON.", "Give me some colors as JSON.", "Is the sky blue? Answer in JSON."]
+    ids = [chat_ids(q) for q in questions] + [chat_ids(CHAT[0]), chat_ids(CHAT[1])]
+    params = [json_params(s, 64) for s in SCHEMAS] + [SamplingParams(max_tokens=16)] * 2
+    outs = llm.generate(ids, params)
+    tok = tokenizer(NAME)
+    for i, schema in enumerate(SCHEMAS):
+        text = outs[i]["text"]
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise AssertionError(f"request {i}: not JSON ({e}): {text!r}") from None
+        jsonschema.validate(value, schema)
+        want = hf_constrained(ids[i], GrammarSpec("json_schema", json.dumps(schema)), 64)
+        assert outs[i]["token_ids"] == want, \
+            f"request {i}: {tok.decode(outs[i]['token_ids'])!r} vs HF with xgrammar {tok.decode(want)!r}"
+    for i in (3, 4):
+        want = hf_greedy(NAME, ids[i], 16, stop_at_eos=True)
+        assert outs[i]["token_ids"] == want, f"free request {i} differs from HF greedy"
+    assert not llm.scheduler.constraints, "finished requests keep no matcher"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
+    """The request ends as soon as its grammar is complete, long before max_tokens; the text matches."""
+    regex = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"
+    ebnf = 'root ::= "The answer is " ("yes" | "no") "."'
+    outs = llm.generate([chat_ids("When was the moon landing?"), chat_ids("Is water wet?")],
+                        [SamplingParams(max_tokens=64, regex=regex), SamplingParams(max_tokens=64, ebnf=ebnf)])
+    assert re.fullmatch(regex, outs[0]["text"]), f"the regex's answer: {outs[0]['text']!r}"
+    assert re.fullmatch(r"The answer is (yes|no)\.", outs[1]["text"]), f"the EBNF's answer: {outs[1]['text']!r}"
+    for out in outs:
+        assert len(out["token_ids"]) < 64, f"a complete grammar ends the request: {len(out['token_ids'])} tokens"
+    assert_clean(llm)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("json_schema", "{not json", "json_schema does not compile"),
+    ("json_schema", json.dumps({"type": "object", "properties": {"a": {"type": "no-such-type"}}}),
+     "json_schema does not compile"),
+    ("regex", "(unclosed", "regex does not compile"),
+    ("ebnf", "root ::= missing_rule", "ebnf does not compile"),
+])
+def test_a_grammar_that_does_not_compile_is_refused_before_anything_runs(llm, field, value, match):
+    before = llm.scheduler.engine.num_pages
+    with pytest.raises(ValueError, match=match):
+        llm.generate([chat_ids(CHAT[0]), chat_ids(CHAT[1])],
+                     [SamplingParams(max_tokens=4), SamplingParams(max_tokens=4, **{field: value})])
+    assert llm.scheduler.idle and not llm.scheduler.constraints and llm.scheduler.engine.num_pages == before
+    assert_clean(llm)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(json_schema=""), "json_schema must be a non-empty string"),
+    (dict(regex=5), "regex must be a non-empty string"),
+    (dict(regex="a", ebnf='root ::= "a"'), "at most one of json_schema, regex and ebnf"),
+])
+def test_bad_grammar_settings_are_a_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kwargs)
