@@ -206,3 +206,68 @@ def test_a_grammar_that_does_not_compile_is_refused_before_anything_runs(llm, fi
 def test_bad_grammar_settings_are_a_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)
+
+
+@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.advance_grammar")
+def test_an_abort_mid_grammar_frees_the_request_and_its_matcher(llm):
+    from minisgl.scheduler.utils import PendingReq
+
+    sched = llm.scheduler
+    ids = torch.tensor(chat_ids("Describe a person as JSON."), dtype=torch.int32)
+    sched.add_request(PendingReq(960, ids, json_params(SCHEMAS[0], 64)))
+    sched.add_request(PendingReq(961, ids, SamplingParams(max_tokens=8)))
+    for _ in range(4):  # the prefill, then three decode steps: the grammar is part-way
+        sched.step()
+    assert 960 in sched.constraints and not sched.constraints[960].finished
+    assert sched.abort_request(960), "the constrained request was running"
+    assert 960 not in sched.constraints, "an aborted request keeps no matcher"
+    sched.run_until_idle()
+    assert 961 in sched.finished and 960 not in sched.finished
+    sched.finished.clear()
+    assert_clean(llm)
+
+
+# --- the server ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def client():
+    from openai import OpenAI
+
+    from minisgl.server.local import LocalServer
+
+    flags = ("--max-running-reqs", "8", "--max-seq-len", "512", "--cpu-kv-cache-mb", "32")
+    with LocalServer(model_path(NAME), *flags, echo=False) as server:
+        yield OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+def test_the_openai_client_gets_json_that_follows_its_schema(client):
+    import jsonschema
+
+    apply_token_bitmask(torch.zeros(1, 32), torch.full((1, 1), -1, dtype=torch.int32), torch.zeros(1, dtype=torch.long))
+    schema = SCHEMAS[0]  # the line above: on the skeleton, the stub fails here, in this process
+    r = client.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Describe a person as JSON."}], max_tokens=64,
+        temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
+    value = json.loads(r.choices[0].message.content)
+    jsonschema.validate(value, schema)
+    assert r.choices[0].finish_reason == "stop", "a complete grammar ends the answer"
+    r = client.completions.create(model=NAME, prompt="The year the first person walked on the moon:", max_tokens=8,
+                                  temperature=0, extra_body={"regex": r" \d{4}"})
+    assert re.fullmatch(r" \d{4}", r.choices[0].text), f"the regex's answer: {r.choices[0].text!r}"
+
+
+def test_a_schema_that_does_not_compile_is_a_400_naming_response_format(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": 5}}}}})
+    assert refused.value.body["param"] == "response_format", f"{refused.value.body}"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=NAME, prompt="hi", max_tokens=4, extra_body={"regex": "(unclosed"})
+    assert refused.value.body["param"] == "regex", f"{refused.value.body}"
+    r = client.completions.create(model=NAME, prompt="hi", max_tokens=2, temperature=0)
+    assert r.choices[0].text, "the server answers after the bad requests"

@@ -286,10 +286,10 @@ class Scheduler:
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
         then flatten the batch (input_ids, positions, out_loc) for the engine. One allocation for the batch."""
+        if self.constraints:  # first: a mask that fails to build leaves no slot allocated
+            batch.grammar_mask = self.grammar_mask(batch)
         self.cache_manager.allocate_paged(batch.reqs)
         prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
-        if self.constraints:
-            batch.grammar_mask = self.grammar_mask(batch)
 
     def _free(self, req: Req) -> None:
         """Give back the request's KV pages and its table row."""
