@@ -271,3 +271,26 @@ def test_a_schema_that_does_not_compile_is_a_400_naming_response_format(client):
     assert refused.value.body["param"] == "regex", f"{refused.value.body}"
     r = client.completions.create(model=NAME, prompt="hi", max_tokens=2, temperature=0)
     assert r.choices[0].text, "the server answers after the bad requests"
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
+    """Optimistic admission on a pool too small for six JSON answers at once: requests are retracted and
+    recomputed, each keeps its matcher (by uid, with the tokens it accepted), and the answers equal those of a pool
+    that never retracts."""
+    from minisgl.scheduler.retract import NewTokenRatio
+
+    ids = [chat_ids(q) for q in ("Describe a person as JSON.", "Give me some colors as JSON.",
+                                 "Is the sky blue? Answer in JSON.")] * 2
+    params = [json_params(SCHEMAS[i % 3], 48) for i in range(6)]
+    runs = {}
+    for pool, admission in ((4096, "conservative"), (150, "optimistic")):
+        llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=128, num_pages=pool, overlap=False,
+                  admission=admission, new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
+        runs[admission] = ([o["token_ids"] for o in llm.generate(ids, params)], llm.scheduler.num_retractions)
+        assert not llm.scheduler.constraints
+        assert_clean(llm)
+    (calm, zero), (tight, retractions) = runs["conservative"], runs["optimistic"]
+    assert zero == 0 and retractions > 0, f"retractions: {zero} in the large pool, {retractions} in the tight one"
+    for i, (a, b) in enumerate(zip(calm, tight)):
+        assert a == b, f"request {i} changed with retraction"
