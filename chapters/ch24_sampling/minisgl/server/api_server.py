@@ -299,12 +299,9 @@ class Completion:
             out["usage"] = usage
         return out
 
-    def full(self, text: str | list[str], reply: UserReply | list[UserReply],
-             logprobs: list[list[TokenLogprob] | None] | None = None) -> dict:
-        """The whole answer: one choice (text, its last reply) or n (lists of them, in choice order), and each
-        choice's log-probabilities (chapter 24; None where not asked)."""
-        texts, replies = ([text], [reply]) if isinstance(text, str) else (text, reply)
-        logprobs = logprobs or [None] * len(texts)
+    def full(self, texts: list[str], replies: list[UserReply], logprobs: list[list[TokenLogprob] | None]) -> dict:
+        """The whole answer: each choice's text, last reply and log-probabilities (chapter 24; None where not
+        asked), in choice order."""
         choices = []
         for i, (text, last, lps) in enumerate(zip(texts, replies, logprobs)):
             if self.chat:
@@ -392,8 +389,6 @@ async def complete(frontend: Frontend, req: CompletionRequest | ChatCompletionRe
             if not isinstance(reply, UserReply):
                 raise_for(reply)
         finished = True
-        if req.n == 1:
-            return JSONResponse(shape.full(texts[uid], last[uid], [logprobs[uid]]))
         return JSONResponse(shape.full([texts[u] for u in uids], [last[u] for u in uids], [logprobs[u] for u in uids]))
     finally:
         for u in uids:
