@@ -166,6 +166,32 @@ def test_a_batch_of_schemas_and_free_rows(overlap):
 
 
 @pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
+    """Chunked prefill (16 tokens a step) with mixed batches (chapter 21): a long constrained prompt is prefilled
+    in chunks while two constrained requests decode in the same batches. A chunk samples nothing and gets no mask
+    line; every answer equals HF generate with xgrammar's processor."""
+    llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=512, num_pages=4096, overlap=False,
+              max_extend_tokens=16, enable_mixed_chunk=True)
+    long_question = "Describe a person as JSON. " + " ".join(TEXTS)
+    ids = [chat_ids("Is the sky blue? Answer in JSON."), chat_ids("Give me some colors as JSON."),
+           chat_ids(long_question)]
+    schemas = [SCHEMAS[2], SCHEMAS[1], SCHEMAS[0]]
+    mixed = []
+    llm.scheduler.on_batch = lambda b: mixed.append(
+        b.phase == "mixed" and any(not r.samples for r in b.reqs) and sum(r.uid in llm.scheduler.constraints
+                                                                          for r in b.reqs if r.samples) > 0)
+    outs = llm.generate(ids, [json_params(s, 40) for s in schemas])
+    assert any(mixed), "no batch mixed a prompt chunk with constrained decode rows: the test lost its point"
+    tok = tokenizer(NAME)
+    for i, schema in enumerate(schemas):
+        want = hf_constrained(ids[i], GrammarSpec("json_schema", json.dumps(schema)), 40)
+        assert outs[i]["token_ids"] == want, \
+            f"request {i}: {tok.decode(outs[i]['token_ids'])!r} vs HF with xgrammar {tok.decode(want)!r}"
+    assert not llm.scheduler.constraints
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
 def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     """The request ends as soon as its grammar is complete, long before max_tokens; the text matches."""
     regex = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"
