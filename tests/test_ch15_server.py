@@ -85,6 +85,8 @@ def test_chat_only_fields_are_checked_too():
                           ({"response_format": {"type": "json_object"}}, "response_format"),
                           ({"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
                           ({"messages": []}, "messages")]:
+        if param == "response_format" and param not in NOT_SUPPORTED:
+            continue  # structured output is served from chapter 25 on (its suite checks it there)
         with pytest.raises(APIError) as refused:
             to_tokenize_msg(0, ChatCompletionRequest(**({"messages": chat} | fields)))
         assert refused.value.param == param, f"{fields}: the 400 names {refused.value.param!r}, not {param!r}"
