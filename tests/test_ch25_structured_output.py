@@ -286,8 +286,8 @@ def test_a_schema_that_does_not_compile_is_a_400_naming_response_format(client):
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-            response_format={"type": "json_schema",
-                             "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": 5}}}}})
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "x", "schema": {"type": "object", "properties": {"a": {"type": 5}}}}})
     assert refused.value.body["param"] == "response_format", f"{refused.value.body}"
     with pytest.raises(openai.BadRequestError) as refused:
         client.completions.create(model=NAME, prompt="hi", max_tokens=4, extra_body={"regex": "(unclosed"})
