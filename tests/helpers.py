@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,14 +67,28 @@ def hf_model(name: str):
     return model.eval()
 
 
-def _cache_key(name: str, ids: list[int], n: int, stop_at_eos: bool) -> str:
+def _cache_key(name: str, *key) -> str:
     import transformers
 
     weights = sorted(model_path(name).glob("*.safetensors"))
     stamp = [(w.name, w.stat().st_size, w.stat().st_mtime_ns) for w in weights]
     # "v2": EOS switched off on the model config too; bump when the reference computation changes.
-    blob = json.dumps(["v2", str(model_path(name)), stamp, transformers.__version__, torch.__version__, ids, n, stop_at_eos])
+    blob = json.dumps(["v2", str(model_path(name)), stamp, transformers.__version__, torch.__version__, *key])
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def hf_cached(name: str, key: list, compute: Callable[[], list]) -> list:
+    """compute()'s result (JSON), kept on disk under build/hf-cache by the model's files, the library versions and
+    `key` (everything else the computation depends on: inputs, settings, other libraries' versions)."""
+    path = CACHE / f"{_cache_key(name, *key)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    result = compute()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)  # atomic: parallel test processes never read half a file
+    return result
 
 
 def hf_greedy(name: str, ids: list[int], n: int, stop_at_eos: bool = False) -> list[int]:
@@ -82,9 +97,10 @@ def hf_greedy(name: str, ids: list[int], n: int, stop_at_eos: bool = False) -> l
     stop_at_eos=False: exactly n tokens, EOS treated as an ordinary token (the engine's ignore_eos=True).
     stop_at_eos=True: up to n tokens, stopping after the first EOS (the engine's default).
     """
-    path = CACHE / f"{_cache_key(name, list(ids), n, stop_at_eos)}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    return hf_cached(name, [list(ids), n, stop_at_eos], lambda: _hf_greedy(name, list(ids), n, stop_at_eos))
+
+
+def _hf_greedy(name: str, ids: list[int], n: int, stop_at_eos: bool) -> list[int]:
     model = hf_model(name)
     config = copy.deepcopy(model.generation_config)
     config.do_sample, config.max_new_tokens = False, n
@@ -100,12 +116,7 @@ def hf_greedy(name: str, ids: list[int], n: int, stop_at_eos: bool = False) -> l
                                  generation_config=config)
     finally:
         model.generation_config.eos_token_id = saved_eos
-    result = out[0, len(ids):].tolist()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, path)  # atomic: parallel test processes never read half a file
-    return result
+    return out[0, len(ids):].tolist()
 
 
 def hf_logits(name: str, ids: list[int]) -> torch.Tensor:

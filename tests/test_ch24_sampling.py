@@ -17,7 +17,7 @@ import httpx
 import pytest
 import torch
 
-from helpers import CHAT, TEXTS, assert_clean, assert_close, hf_greedy, hf_model, model_path, tokenizer
+from helpers import CHAT, TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.engine.processors import apply_penalties, min_p_filter
@@ -247,7 +247,12 @@ def prompts() -> list[list[int]]:
 
 
 def hf_generate(ids: list[int], n: int, **kwargs) -> list[int]:
-    """HF greedy with its own logits processors (kwargs: repetition_penalty, min_new_tokens, ...)."""
+    """HF greedy with its own logits processors (kwargs: repetition_penalty, min_new_tokens, ...), cached on disk."""
+    settings = repr(sorted(kwargs.items()))  # repr: sequence_bias has tuple keys, which JSON cannot hold
+    return hf_cached(NAME, ["generate", list(ids), n, settings], lambda: _hf_generate(ids, n, **kwargs))
+
+
+def _hf_generate(ids: list[int], n: int, **kwargs) -> list[int]:
     model = hf_model(NAME)
     saved = model.generation_config.eos_token_id
     eos = kwargs.pop("eos_token_id", None)

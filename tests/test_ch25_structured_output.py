@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from helpers import CHAT, TEXTS, assert_clean, hf_greedy, hf_model, model_path, tokenizer
+from helpers import CHAT, TEXTS, assert_clean, hf_cached, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.constrained.grammar import GrammarCache, GrammarSpec, allocate_bitmask, apply_token_bitmask
 from minisgl.core import Batch, SamplingParams
 from minisgl.llm import LLM
@@ -122,7 +122,14 @@ def test_a_token_outside_the_grammar_is_an_error_naming_it(llm):
 # --- whole runs -------------------------------------------------------------------------------------------------
 
 def hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str = NAME) -> list[int]:
-    """HF greedy with xgrammar's own Hugging Face logits processor (its matcher, its kernel)."""
+    """HF greedy with xgrammar's own Hugging Face logits processor (its matcher, its kernel), cached on disk."""
+    from importlib.metadata import version
+
+    return hf_cached(name, ["xgrammar", version("xgrammar"), spec.kind, spec.text, list(ids), n],
+                     lambda: _hf_constrained(list(ids), spec, n, name))
+
+
+def _hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str) -> list[int]:
     from xgrammar.contrib.hf import LogitsProcessor
 
     model = hf_model(name)
