@@ -284,16 +284,72 @@ def _broken_links(site: Path, page: Path, cache: dict) -> list[str]:
 
 
 def _is_problem_page(rel: str) -> bool:
-    return rel.startswith("practice/") and rel != "practice/index.html"
+    return rel.removeprefix("zh/").startswith("practice/") and rel.removeprefix("zh/") != "practice/index.html"
+
+
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class _ArticleText(HTMLParser):
+    """The <article> of a built page: its prose (code, math, diagrams and scripts left out) and its links."""
+
+    SKIP_TAGS = {"pre", "code", "script", "style"}
+    SKIP_CLASSES = {"mermaid", "arithmatex"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0  # open elements inside the article (0: outside it)
+        self.skip_at = 0  # the depth of the skipped element we are in (0: none)
+        self.prose: list[str] = []
+        self.text: list[str] = []
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if self.depth and tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+        if tag in VOID_TAGS or not (self.depth or tag == "article"):
+            return
+        self.depth += 1
+        if not self.skip_at and (tag in self.SKIP_TAGS or self.SKIP_CLASSES & set((a.get("class") or "").split())):
+            self.skip_at = self.depth
+
+    def handle_endtag(self, tag):
+        if tag in VOID_TAGS or not self.depth:
+            return
+        if self.skip_at == self.depth:
+            self.skip_at = 0
+        self.depth -= 1
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self.depth and not self.skip_at:
+            self.prose.append(data)
+
+
+def _static_problem_page(site: Path, path: Path) -> list[str]:
+    """The crawl's checks of a problem page, read from the built HTML instead of a browser: no literal [x] / [ ]
+    in the prose, no solution marker, a link back to the practice index in the article."""
+    page = _ArticleText()
+    page.feed(path.read_text(encoding="utf-8"))
+    problems = [f"a literal [{m}] shows in the text (a task list not rendered)"
+                for m in sorted(set(CHECKBOX_TEXT.findall("".join(page.prose))))]
+    if MARKER_TEXT.search("".join(page.text)):
+        problems.append("a solution marker line (# >>> solution / # <<< solution) shows")
+    lang = "zh/" if path.relative_to(site).parts[0] == "zh" else ""
+    index = (site / lang / "practice" / "index.html").resolve()
+    if not any(_target_file(site, path, href)[0] == index for href in page.hrefs):
+        problems.append("no link back to the practice index in the page")
+    return problems
 
 
 @pytest.mark.browser
 @pytest.mark.timeout(1500)  # some 170 pages, and the pages with diagrams twice
 def test_every_page_crawled(built_site: Path, site_server: str):
-    """Every built page of both languages, in headless Chromium offline: no console error, no literal [x] / [ ]
-    in the prose, no solution marker, a link back to the practice index on every problem page, mermaid labels
-    legible at 1440 px and, on a 390 px phone, no broken internal link. One report lists every problem, page by
-    page."""
+    """Every built page of both languages, in headless Chromium offline (the Chinese problem pages read from their
+    HTML): no console error, no literal [x] / [ ] in the prose, no solution marker, a link back to the practice
+    index on every problem page, mermaid labels legible at 1440 px and on a 390 px phone, no broken internal link.
+    One report lists every problem, page by page."""
     import time
 
     pages = sorted(p for p in built_site.rglob("*.html") if p.name != "404.html")
@@ -309,6 +365,11 @@ def test_every_page_crawled(built_site: Path, site_server: str):
         for path in pages:
             rel = path.relative_to(built_site).as_posix()
             url_path = rel.removesuffix("index.html")
+            if rel.startswith("zh/") and _is_problem_page(rel):
+                # The Chinese problem pages run the English ones' script (the Chinese judge test runs it in a
+                # browser); what differs is their text, read from the HTML: a third of the crawl's time saved.
+                found[rel] = _static_problem_page(built_site, path) + _broken_links(built_site, path, cache)
+                continue
             console.clear()
             page.goto(f"{site_server}/{url_path}", wait_until="load")
             problems = found.setdefault(rel, [])
