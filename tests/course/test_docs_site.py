@@ -367,7 +367,7 @@ def test_every_page_crawled(built_site: Path, site_server: str):
             url_path = rel.removesuffix("index.html")
             if rel.startswith("zh/") and _is_problem_page(rel):
                 # The Chinese problem pages run the English ones' script (the Chinese judge test runs it in a
-                # browser); what differs is their text, read from the HTML: a third of the crawl's time saved.
+                # browser); what differs is their text, read from the HTML: 53 of some 230 browser visits saved.
                 found[rel] = _static_problem_page(built_site, path) + _broken_links(built_site, path, cache)
                 continue
             console.clear()
@@ -383,8 +383,7 @@ def test_every_page_crawled(built_site: Path, site_server: str):
                 problems.append("a solution marker line (# >>> solution / # <<< solution) shows")
             if _is_problem_page(rel):
                 back = page.evaluate("[...document.querySelectorAll('.md-content a[href]')].map(a => a.href)")
-                index = f"{site_server}/zh/practice/" if rel.startswith("zh/") else f"{site_server}/practice/"
-                if index not in back:
+                if f"{site_server}/practice/" not in back:  # English only: the Chinese ones were read above
                     problems.append("no link back to the practice index in the page")
             problems += _broken_links(built_site, path, cache)
             problems += [f"console error: {text}" for text in console]
