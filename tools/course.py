@@ -128,7 +128,7 @@ def cpu_threads() -> int:
 def tree_env(tree: Path, threads: int | None = None) -> dict[str, str]:
     """The environment of a process that runs on a tree: the tree first on PYTHONPATH, and `threads` CPU
     threads (default: cpu_threads()) for torch, OpenMP and the chapter suites."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "MINISGL_PREFORK"}  # for the course's tests' own jobs only
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep caches out of the symlinked source folders
     env["PYTHONUNBUFFERED"] = "1"  # prints and progress bars (stderr) reach a pipe in the order they happen
@@ -160,10 +160,33 @@ def run_suite(ch: Chapter, tree: Path, report: Path, extra: list[str] | None = N
     cmd = [sys.executable, "-m", "pytest", str(suite_of(ch)), "-p", "tools.stubreport",
            f"--stub-report={report}", "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
            "--tb=short", *(extra or [])]
-    proc = subprocess.run(cmd, cwd=ROOT, env=tree_env(tree, threads), capture_output=quiet, text=True)
+    if quiet:
+        code, out, err = run_python(cmd[1:], tree_env(tree, threads))
+    else:
+        code, out, err = subprocess.run(cmd, cwd=ROOT, env=tree_env(tree, threads)).returncode, "", ""
     records = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
-    output = (proc.stdout or "") + (proc.stderr or "")
-    return proc.returncode, records, output
+    return code, records, out + err
+
+
+_PREFORKER = None
+
+
+def run_python(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """`python *argv` in ROOT with env: (exit code, stdout, stderr). With MINISGL_PREFORK=1 (the course's own
+    tests set it) the job is a fork of one warm interpreter that has torch and transformers imported already
+    (tools/prefork.py): the same run without ~10 s of imports per process."""
+    global _PREFORKER
+    if os.environ.get("MINISGL_PREFORK") != "1":
+        proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True)
+        return proc.returncode, proc.stdout, proc.stderr
+    from tools.prefork import Preforker
+
+    if _PREFORKER is None:
+        _PREFORKER = Preforker()
+    with tempfile.TemporaryDirectory(prefix="job-", dir=BUILD) as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        code = _PREFORKER.run(argv, env, ROOT, out, err)
+        return code, out.read_text(errors="replace"), err.read_text(errors="replace")
 
 
 # ----------------------------------------------------------------------------- check
@@ -437,10 +460,10 @@ def capture(script: Path, tree: Path, threads: int | None = None) -> str:
     """Run a script on a tree and return what it printed; raise if it fails."""
     env = tree_env(tree, threads)
     env["MINISGL_QUIET"] = "1"  # no progress bars in stored outputs
-    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{script.relative_to(ROOT)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
+    code, out, err = run_python([str(script)], env)
+    if code != 0:
+        raise RuntimeError(f"{script.relative_to(ROOT)} failed:\n{out}\n{err}")
+    return out
 
 
 def cmd_outputs(only: list[str] | None = None) -> int:
