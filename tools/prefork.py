@@ -94,6 +94,15 @@ def _set_threads(env: dict[str, str]) -> None:
     torch.set_num_threads(int(count) if count.isdigit() and int(count) > 0 else _DEFAULT_THREADS)
 
 
+def _forget_triton() -> None:
+    """Triton decides at import whether its kernels run in its CPU interpreter (TRITON_INTERPRET, which the course's
+    CPU tests and examples set first thing), and the server imported it with transformers. So the job imports its
+    own: its Python modules are dropped here (its compiled extension, triton._C, cannot be imported twice and
+    reads no setting)."""
+    for name in [m for m in sys.modules if (m == "triton" or m.startswith("triton.")) and not m.startswith("triton._C")]:
+        del sys.modules[name]
+
+
 def _child(job: dict) -> None:
     """Become the job, then exit with its code (never returns)."""
     code = 1
@@ -111,6 +120,7 @@ def _child(job: dict) -> None:
         sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
         sys.path[:] = _sys_path(argv, env, job["cwd"])
         _set_threads(env)
+        _forget_triton()
         try:
             if argv[0] == "-m":
                 sys.argv = ["-m", *argv[2:]]  # runpy puts the module's file in sys.argv[0]
