@@ -242,12 +242,15 @@ class Batch:
 
     "prefill": every request computes (a piece of) its prompt. "decode": every request computes one token.
     "mixed" (chapter 21): one pass of both, the prefill requests first, then running requests that decode one
-    token each. Only a pure decode batch takes the one-query-per-request paths (decode kernels, CUDA graphs);
-    prefill and mixed batches go through the variable-length (extend) paths, which take any query lengths.
+    token each. "verify" (chapter 26, speculative decoding): every request is a running one that computes its last
+    token and the draft tokens written after it (extend_len = drafts + 1; a row without drafts computes its last
+    token only), and the model returns logits at every one of those positions. Only a pure decode batch takes the
+    one-query-per-request paths (decode kernels, CUDA graphs); prefill, mixed and verify batches go through the
+    variable-length (extend) paths, which take any query lengths.
     """
 
     reqs: list[Req]
-    phase: Literal["prefill", "decode", "mixed"]
+    phase: Literal["prefill", "decode", "mixed", "verify"]
     # Filled in when the batch is prepared (chapter 5 on): flattened inputs for every request.
     input_ids: torch.Tensor | None = None
     positions: torch.Tensor | None = None
@@ -258,10 +261,13 @@ class Batch:
     # Chapter 25: (rows of the constrained requests in the batch, their token bitmasks [rows, words] int32 on the
     # CPU), filled by the scheduler when it prepares the batch; None when no request of the batch has a grammar.
     grammar_mask: Any = None
+    # Chapter 26: of a verify batch, (the draft tokens of each row, their q rows or None, the drafts each row could
+    # take), set by the scheduler when it makes the batch.
+    drafts: Any = None
 
     def __post_init__(self) -> None:
-        if self.phase not in ("prefill", "decode", "mixed"):
-            raise ValueError(f"phase must be 'prefill', 'decode' or 'mixed', got {self.phase!r}")
+        if self.phase not in ("prefill", "decode", "mixed", "verify"):
+            raise ValueError(f"phase must be 'prefill', 'decode', 'mixed' or 'verify', got {self.phase!r}")
         if not self.reqs:
             raise ValueError("a batch needs at least one request")
         if self.phase == "mixed":
@@ -291,13 +297,17 @@ class Batch:
         return self.phase == "mixed"
 
     @property
+    def is_verify(self) -> bool:
+        return self.phase == "verify"
+
+    @property
     def prefill_reqs(self) -> list[Req]:
         """The requests that compute prompt tokens: all of a prefill batch, the leading ones of a mixed batch."""
         return self.reqs[: self.num_prefill]
 
     @property
     def decode_reqs(self) -> list[Req]:
-        """The requests that decode one token: all of a decode batch, the trailing ones of a mixed batch."""
+        """The running requests: all of a decode (or verify) batch, the trailing ones of a mixed batch."""
         return self.reqs[self.num_prefill :]
 
     @property

@@ -3,6 +3,10 @@
 The engine owns tensors (weights, the KV pool, the page table and token pool, the attention backend, the
 sampler, the graph runner) and runs a batch the scheduler prepared. From chapter 18 on, decode batches
 replay CUDA graphs (engine/graph.py) when cuda_graph_max_bs allows.
+
+Chapter 26 (speculative decoding) adds verify batches: forward_verify runs one eagerly (a verify row computes
+its last token and its drafts: not the one-token shape the graphs were captured for) and returns the logits of
+every position; the scheduler decides what was accepted and complete_verify moves the requests on by that much.
 """
 
 from __future__ import annotations
@@ -125,17 +129,22 @@ class Engine:
         return out
 
     @torch.inference_mode()
+    def forward_logits(self, batch: Batch) -> torch.Tensor:
+        """The model's logits for a prepared batch: a captured graph's for a decode batch that fits one, else an
+        eager pass. One row per request, or (a verify batch, chapter 26) one row per new token."""
+        if self.graph_runner is not None and self.graph_runner.can_use(batch):
+            return self.graph_runner.replay(batch)
+        self.attn_backend.prepare_metadata(batch)
+        with self.ctx.forward_batch(batch):
+            return self.model.forward()
+
+    @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> torch.Tensor:
         """Run a prepared batch (input_ids, positions, out_loc set; slots mapped) and sample one token each.
 
         Every request then owns one more token: it is written to the token pool and complete_one() is called.
         """
-        if self.graph_runner is not None and self.graph_runner.can_use(batch):
-            logits = self.graph_runner.replay(batch)
-        else:
-            self.attn_backend.prepare_metadata(batch)
-            with self.ctx.forward_batch(batch):
-                logits = self.model.forward()
+        logits = self.forward_logits(batch)
         next_tokens = self._sample(logits, batch)
         # The token is fed back only if the request may go on; one indexed write for the whole batch.
         feed = [v for i, r in enumerate(batch.reqs) if r.can_decode for v in (i, r.table_idx, r.device_len)]
@@ -145,3 +154,32 @@ class Engine:
         for req in batch.reqs:
             req.complete_one()
         return next_tokens
+
+    @torch.inference_mode()
+    def forward_verify(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chapter 26: run a prepared verify batch. Returns the logits of every new token [tokens, vocab] and, per
+        row, the token the ordinary sampler picks from the row's last position [rows]: the token of a row without
+        drafts (its logit processors, grammar mask and log-probabilities apply as in a decode step). No request
+        changes: complete_verify does that once the accepted drafts are known."""
+        logits = self.forward_logits(batch)
+        last = batch.attn_metadata.cu_seqlens_q[1:].long() - 1
+        return logits, self._sample(logits[last], batch)
+
+    @torch.inference_mode()
+    def complete_verify(self, batch: Batch, accepted: Sequence[int], next_tokens: torch.Tensor) -> None:
+        """Chapter 26: row i of a verify batch kept accepted[i] of its drafts and gained next_tokens[i] (a device
+        tensor) after them. Its KV is now valid for its last token and the kept drafts; the new token is its next
+        input, as after a decode step."""
+        # TODO(ch26): for each request: cached_len grows by its accepted drafts + 1 (the last token, then the kept
+        # drafts, now have KV); device_len is cached_len + 1 (the new token is known, not computed). Then write each
+        # row's next token into the token pool at position cached_len, for the requests that may still decode
+        # (req.can_decode), with one indexed write as forward_batch does.
+        # >>> solution
+        for req, n in zip(batch.reqs, accepted):
+            req.cached_len += n + 1
+            req.device_len = req.cached_len + 1
+        feed = [v for i, r in enumerate(batch.reqs) if r.can_decode for v in (i, r.table_idx, r.cached_len)]
+        if feed:
+            picks, rows, cols = ints_to_device(feed, np.int64, self.device).view(-1, 3).unbind(1)
+            self.token_pool[rows, cols] = next_tokens[picks].to(self.token_pool.dtype)
+        # <<< solution

@@ -17,8 +17,9 @@ from minisgl.engine import Engine, EngineConfig
 from minisgl.env import ENV
 from minisgl.llm.tp import TPGroup, check_tp_config
 from minisgl.scheduler.retract import NewTokenRatio
-from minisgl.scheduler.scheduler import Scheduler, check_admission_args
+from minisgl.scheduler.scheduler import Scheduler, check_admission_args, check_spec_args
 from minisgl.scheduler.utils import PendingReq
+from minisgl.spec import SpecConfig
 
 Prompt = str | Sequence[int]
 
@@ -29,7 +30,8 @@ class LLM:
     on unless MINISGL_DISABLE_OVERLAP_SCHEDULING is set) and enable_mixed_chunk (mixed prefill + decode
     batches, chapter 21; default: off unless MINISGL_ENABLE_MIXED_CHUNK is set), admission ("conservative" or
     "optimistic", chapter 23; default: MINISGL_ADMISSION, else conservative), new_token_ratio, retraction_policy
-    ("length" or "last") and max_retractions, which go to the scheduler, and tp_size.
+    ("length" or "last"), max_retractions and speculative (a SpecConfig, chapter 26: speculative decoding; None,
+    the default, speculates not), which go to the scheduler, and tp_size.
 
     tp_size > 1 (chapter 16) runs one process per rank, each with its own engine and scheduler on a slice of
     the model; this object then only tokenizes, hands the work to rank 0 and decodes (engine and scheduler
@@ -39,7 +41,7 @@ class LLM:
     def __init__(self, model_path: str | Path, max_extend_tokens: int = 8192, overlap: bool | None = None,
                  tp_size: int = 1, enable_mixed_chunk: bool | None = None, admission: str | None = None,
                  new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
-                 max_retractions: int = 1, **config) -> None:
+                 max_retractions: int = 1, speculative: SpecConfig | None = None, **config) -> None:
         self.model_path = model_path
         self.tp_size = tp_size
         self.engine: Engine | None = None
@@ -50,10 +52,11 @@ class LLM:
         engine_config = EngineConfig(model_path, **config)
         check_tp_config(tp_size, engine_config)
         check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)  # before any engine
+        check_spec_args(speculative, tp_size)
         scheduler_args = dict(max_extend_tokens=max_extend_tokens, overlap=overlap,
                               enable_mixed_chunk=enable_mixed_chunk, admission=admission,
                               new_token_ratio=new_token_ratio, retraction_policy=retraction_policy,
-                              max_retractions=max_retractions)
+                              max_retractions=max_retractions, speculative=speculative)
         if tp_size > 1:
             rank_args = dict(**scheduler_args, **config)
             self._group = TPGroup(tp_size, type(self), model_path, rank_args, engine_config.device)

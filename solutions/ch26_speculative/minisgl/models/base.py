@@ -9,9 +9,10 @@ from minisgl.layers.base import BaseOP
 
 
 def last_token_indices(batch: Batch) -> torch.Tensor | slice:
-    """Index, in the flattened batch, of each request's last new token (the one whose logits we sample)."""
-    if batch.is_decode:
-        # One new token per request: every row is a last token. No index tensor is copied to the device,
+    """Index, in the flattened batch, of each request's last new token (the one whose logits we sample); in a
+    verify batch (chapter 26) every new token, since each draft is checked against the logits before it."""
+    if batch.is_decode or batch.is_verify:
+        # Decode: one new token per request, so every row is a last token. No index tensor is copied to the device,
         # which keeps the decode forward pass free of host-to-device copies (a CUDA graph can hold none).
         return slice(None)
     ends = torch.cumsum(torch.tensor([r.extend_len for r in batch.reqs]), dim=0)

@@ -122,6 +122,21 @@ class CacheManager:
             if first < last:
                 self.free(self.host_table[req.table_idx, first:last])
 
+    def free_rejected(self, req: Req, end: int) -> None:
+        """Chapter 26: after a verify step, give back the pages that only rejected drafts used. The request's pages
+        were allocated for positions up to `end` (its device_len in the step: the last token and every draft); its
+        cached_len now stops after the kept drafts. It keeps the pages of positions [0, cached_len), whole, as every
+        live request does; a page holding a kept position and rejected ones stays (its rejected slots are written
+        over later)."""
+        # TODO(ch26): free the slots of req's host_table row from cached_len rounded up to a whole page up to end
+        # rounded up to a whole page (nothing when that range is empty).
+        # >>> solution
+        ps = self.page_size
+        first, last = div_ceil(req.cached_len, ps) * ps, div_ceil(end, ps) * ps
+        if first < last:
+            self.free(self.host_table[req.table_idx, first:last])
+        # <<< solution
+
     def free(self, slots: torch.Tensor) -> None:
         """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts
         at a page's first slot; a shorter last page is the request's partly filled page. ValueError, and nothing

@@ -4,7 +4,8 @@ Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg pe
 the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
 step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
 tokens. Only when nothing runs or waits does it block on the socket. A token of a request that asked for
-log-probabilities (chapter 24) carries its own and its top_logprobs in the same message.
+log-probabilities (chapter 24) carries its own and its top_logprobs in the same message. With speculative decoding
+(chapter 26) one step may give a request several tokens: one message each, in order, the last one marked finished.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ class SchedulerIO:
     def send_results(self) -> None:
         """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
         replies: list[BaseTokenizerMsg] = []
-        for req, token, logprobs in self.new_tokens:
-            finished = self.scheduler.finished.pop(req.uid, None) is not None
+        last = {req.uid: i for i, (req, _, _) in enumerate(self.new_tokens)}  # a request's last token of the step
+        for i, (req, token, logprobs) in enumerate(self.new_tokens):
+            finished = last[req.uid] == i and self.scheduler.finished.pop(req.uid, None) is not None
             reason = None
             if finished:
                 eos = token in self.eos_token_ids and not req.sampling_params.ignore_eos
@@ -102,6 +104,10 @@ class SchedulerIO:
         status = {"waiting": len(sched.prefill_manager.pending), "running": len(sched.decode_manager.running),
                   "available_slots": sched.cache_manager.available_size, "total_slots": sched.cache_manager.num_slots,
                   "retractions": sched.num_retractions}  # chapter 23: since the server started (0 when conservative)
+        if sched.proposer is not None:  # chapter 26: since the server started
+            stats = sched.spec_stats
+            status |= {"verify_steps": stats.verify_steps, "draft_tokens_proposed": stats.proposed,
+                       "draft_tokens_accepted": stats.accepted}
         if sched.idle:
             sched.check_integrity()  # an AssertionError here ends the process: a leak is never served over
             status["integrity_checked"] = 1

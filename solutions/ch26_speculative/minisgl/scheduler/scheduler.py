@@ -31,6 +31,20 @@ retraction with the tokens it has accepted). When a batch is prepared, each of i
 writes the tokens its grammar allows into the batch's bitmask; when the batch's tokens come back, each advances
 its matcher, and a request whose grammar is complete has finished. The mask of step t+1 needs step t's token, so
 while a request with a grammar runs, overlap scheduling waits for a step's results before it schedules the next.
+
+Speculative decoding (chapter 26, `speculative=SpecConfig(...)`; off by default): in a decode step, a proposer
+guesses up to k next tokens of each running request that may speculate (n-gram lookup in its own tokens, or a
+small draft model). The guesses are written into the token pool after the request's last token, given KV pages
+like any new tokens, and the whole batch runs as one "verify" pass that computes every row's last token and its
+drafts, with logits at every position. A greedy row keeps the drafts that equal the model's own argmax, a sampled
+row those that rejection sampling accepts; either way it gains the kept drafts and one token of the model's own,
+1 to k + 1 tokens for one forward pass of the model. The pages of rejected drafts go back at once. Rows that cannot
+speculate (a grammar, log-probabilities, logit processors, min_p, a seeded sample) or found no draft decode one
+token in the same pass, sampled as ever; a step where no row has a draft is an ordinary decode step (CUDA graphs
+replay as before). Prefill and mixed batches never speculate. The drafts of step t+1 are guessed from the tokens
+step t produced, and a verify pass waits for its accepted counts (the requests' lengths depend on them), so while
+speculating, overlap scheduling processes each step's results before it schedules the next: the CPU work of a step
+no longer hides behind the device's, the price of doing several tokens' work in one pass.
 """
 
 from __future__ import annotations
@@ -39,11 +53,12 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
-from minisgl.attention.utils import prepare_batch
+from minisgl.attention.utils import ints_to_device, prepare_batch
 from minisgl.constrained.grammar import Constraint, GrammarCache, GrammarSpec, allocate_bitmask
-from minisgl.core import Batch, Req
+from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.engine import Engine
 from minisgl.env import ENV
 from minisgl.scheduler.cache import CacheManager
@@ -52,6 +67,7 @@ from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
 from minisgl.scheduler.retract import RETRACTION_POLICIES, NewTokenRatio, pick_victim
 from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
+from minisgl.spec import Proposer, SpecConfig, SpecStats, make_proposer, verify_batch
 
 ADMISSIONS = ("conservative", "optimistic")
 
@@ -71,6 +87,28 @@ def check_admission_args(admission: str | None, new_token_ratio: NewTokenRatio |
     return admission
 
 
+def check_spec_args(speculative: SpecConfig | None, tp_size: int = 1) -> None:
+    """Chapter 26: ValueError unless `speculative` is None or a SpecConfig this setting can run. N-gram speculation
+    runs under tensor parallelism (every rank proposes the same drafts from the same tokens and accepts the same
+    ones from the same gathered logits and generator); a draft model does not (its engine would need a rank
+    group of its own)."""
+    if speculative is not None and not isinstance(speculative, SpecConfig):
+        raise ValueError(f"speculative must be a SpecConfig or None, got {type(speculative).__name__}")
+    if speculative is not None and speculative.method == "draft" and tp_size > 1:
+        raise ValueError(f"speculative decoding with a draft model runs with tp_size 1 only, got tp_size {tp_size} "
+                         "(n-gram speculation works with any tp_size)")
+
+
+def can_speculate(params: SamplingParams) -> bool:
+    """Chapter 26: whether a request's drafts can be verified here. Not when its token is more than a draw from the
+    model's distribution after temperature, top-k and top-p: logit processors (penalties, logit_bias, min_tokens),
+    min_p, a grammar (checked by the scheduler) or log-probabilities (returned for sampled tokens only). Nor a
+    seeded sample, whose draws depend on (seed, position) so that it is reproducible in any batch: rejection
+    sampling would draw differently. A greedy request ignores its seed."""
+    return not (params.changes_logits or params.logprobs or params.min_p > 0
+                or (params.seed is not None and not params.is_greedy))
+
+
 class ForwardData(NamedTuple):
     """A launched batch and its sampled tokens, which are on the CPU once `ready` has fired."""
 
@@ -84,10 +122,11 @@ class Scheduler:
     def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None,
                  enable_mixed_chunk: bool | None = None, admission: str | None = None,
                  new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
-                 max_retractions: int = 1) -> None:
+                 max_retractions: int = 1, speculative: SpecConfig | None = None) -> None:
         if max_extend_tokens < 1:
             raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
         admission = check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)
+        check_spec_args(speculative)
         self.engine = engine
         self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
@@ -121,6 +160,10 @@ class Scheduler:
         # Chapter 25: uid -> its grammar's matcher, from add_request until the request leaves (finished, aborted).
         self.constraints: dict[int, Constraint] = {}
         self._grammars: GrammarCache | None = None  # made on the first request with a grammar (it loads the tokenizer)
+        # Chapter 26: the proposer of draft tokens (None: no speculation) and what speculation did so far.
+        self.speculative = speculative
+        self.proposer: Proposer | None = make_proposer(speculative, engine) if speculative is not None else None
+        self.spec_stats = SpecStats()
         # On a GPU the loop's device work goes to one stream of its own, in order: admission writes, forward
         # passes, and the copies of sampled tokens to the CPU, which the CPU waits for only when it needs them.
         self.stream = torch.cuda.Stream(engine.device) if engine.device.type == "cuda" else None
@@ -175,14 +218,14 @@ class Scheduler:
             if batch is not None:
                 return batch
             decode, fits = self._decode_batch()
-            return decode if fits else None
+            return self._speculate(decode) if fits else None
         decode, fits = self._decode_batch(self._chunk_slots())
         if not fits:
             return None
         prefill = self.prefill_manager.schedule_next_batch(self._reserved(), decode.size if decode is not None else 0)
         if prefill is None or decode is None:
-            return decode if prefill is None else prefill
-        return Batch.mixed(prefill, decode)
+            return self._speculate(decode) if prefill is None else prefill
+        return Batch.mixed(prefill, decode)  # its decode rows decode one token each: no drafts
 
     def _reserved(self) -> int:
         """KV slots promised to the running requests: all they may still write (conservative admission), or an
@@ -233,6 +276,73 @@ class Scheduler:
         else:
             self.new_token_ratio.step()
         return Batch(reqs, "decode") if reqs else None
+
+    def draft_lengths(self, reqs: list[Req]) -> list[int]:
+        """Chapter 26: how many drafts each running request may take this step (0: it decodes one token)."""
+        # TODO(ch26): k = self.speculative.num_tokens for a request that can_speculate(its sampling params) and has no
+        # grammar (its uid not in self.constraints); capped at remain_len - 1, so that the KV the step writes (the
+        # last token and the drafts) stays below max_device_len - 1, inside what admission reserved, and every token
+        # the step can add fits in max_tokens. 0 for every other request (never below 0).
+        # >>> solution
+        k = self.speculative.num_tokens
+        return [max(min(k, r.remain_len - 1), 0) if can_speculate(r.sampling_params) and r.uid not in self.constraints
+                else 0 for r in reqs]
+        # <<< solution
+
+    def _fit_drafts(self, reqs: list[Req], drafts: list[list[int]]) -> list[list[int]]:
+        """Drafts take only pages the pool can give now, beyond those the step needs anyway (one token per row):
+        rows in order keep theirs while they fit, a row that does not fit decodes without drafts. Conservative
+        admission reserved every draft's page already; optimistic admission (chapter 23) may not have."""
+        cache = self.cache_manager
+        room = cache.available_size - cache.slots_for(reqs)
+        fitted = []
+        for req, draft in zip(reqs, drafts):
+            extra = cache.slots_to_grow(req.device_len, req.device_len + len(draft)) if draft else 0
+            if extra > room:
+                draft = []
+            room -= extra if draft else 0
+            fitted.append(draft)
+        return fitted
+
+    def _speculate(self, batch: Batch | None) -> Batch | None:
+        """Chapter 26: a decode batch, or the verify batch of its rows when any of them gets drafts. A row's drafts
+        go into its token-pool row after its last token, and its device_len covers them: the pass computes them."""
+        if batch is None or self.proposer is None:
+            return batch
+        ks = self.draft_lengths(batch.reqs)
+        if not any(ks):
+            return batch
+        drafts = self._fit_drafts(batch.reqs, self.proposer.propose(batch.reqs, ks))
+        if not any(drafts):
+            for req, k in zip(batch.reqs, ks):
+                if k:
+                    self.proposer.accepted(req, 0)  # proposed, then dropped: the draft keeps none of its guesses
+            return batch
+        feed = [v for r, d in zip(batch.reqs, drafts) for j in range(len(d)) for v in (r.table_idx, r.device_len + j)]
+        rows, cols = ints_to_device(feed, np.int64, self.engine.device).view(-1, 2).unbind(1)
+        tokens = ints_to_device([t for d in drafts for t in d], np.int32, self.engine.device)
+        self.engine.token_pool[rows, cols] = tokens
+        for req, draft in zip(batch.reqs, drafts):
+            req.device_len += len(draft)
+        verify = Batch(batch.reqs, "verify")
+        verify.drafts = (drafts, self.proposer.draft_probs, ks)
+        return verify
+
+    def _verify(self, batch: Batch, ends: list[int]) -> torch.Tensor:
+        """Run a prepared verify batch: every row's gained tokens as a [rows, k + 1] tensor on the CPU, -1 past each
+        row's own. The requests move on by what they gained; the pages of their rejected drafts go back."""
+        drafts, probs, ks = batch.drafts
+        gained, accepted = verify_batch(self.engine, batch, drafts, probs)
+        for req, end, n, draft, k in zip(batch.reqs, ends, accepted, drafts, ks):
+            self.cache_manager.free_rejected(req, end)
+            if k:
+                self.proposer.accepted(req, n if draft else 0)
+        stats = self.spec_stats
+        stats.verify_steps += 1
+        stats.proposed += sum(len(d) for d in drafts)
+        stats.accepted += sum(accepted)
+        width = max(len(g) for g in gained)
+        return torch.tensor([g + [-1] * (width - len(g)) for g in gained], dtype=torch.int64)
 
     def _retract(self, req: Req) -> None:
         """Take a running request out and give back what it holds, to be recomputed later: the whole pages of its
@@ -293,28 +403,28 @@ class Scheduler:
         prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
 
     def _free(self, req: Req) -> None:
-        """Give back the request's KV pages and its table row."""
+        """Give back the request's KV pages and its table row (and what the proposer keeps for it, chapter 26)."""
         self.cache_manager.cache_req(req, finished=True)
         self.table_manager.free(req.table_idx)
         self._live.pop(req.uid, None)
+        if self.proposer is not None:
+            self.proposer.release(req)
 
-    def _process_last_data(self, batch: Batch, next_tokens: list[int], logprobs: Any = None) -> None:
+    def _process_last_data(self, batch: Batch, next_tokens: list, logprobs: Any = None) -> None:
         """Record each request's new token (and its log-probabilities, chapter 24); finished requests leave and free
-        everything they hold."""
+        everything they hold. A verify batch (chapter 26) gives each request a run of tokens: next_tokens[i] is row
+        i's list, padded with -1."""
         skip, self._freed = self._freed, set()
         prompts = set(batch.prefill_reqs)  # a mixed batch's decode rows are not prompts: nothing new to cache
         entries = logprob_entries(logprobs)
         for req, token in zip(batch.reqs, next_tokens):
             if isinstance(req, ChunkedReq) or req.uid in skip or req.uid in self._freed:
                 continue
-            req.append_host(token)
-            if req in entries and req.uid in self.logprobs:
-                self.logprobs[req.uid].append(entries[req])
-            if req.uid in self.constraints:
-                self.advance_grammar(req, token)
-            if self.on_token is not None:
-                self.on_token(req, token)
-            if self.is_finished(req, token):
+            if batch.is_verify:
+                finished = self.record_run(req, [t for t in token if t >= 0], entries)
+            else:
+                finished = self._record(req, token, entries)
+            if finished:
                 if req in self.decode_manager.running:
                     self.decode_manager.remove(req)
                 self._free(req)
@@ -323,6 +433,31 @@ class Scheduler:
                 self._freed.add(req.uid)
             elif req in prompts:
                 self.cache_manager.cache_req(req, finished=False)  # its prompt becomes shareable right away
+
+    def _record(self, req: Req, token: int, entries: dict) -> bool:
+        """Record one new token of a request on the host: its sequence, log-probabilities, grammar and the on_token
+        callback. Whether the request has finished with it."""
+        req.append_host(token)
+        if req in entries and req.uid in self.logprobs:
+            self.logprobs[req.uid].append(entries[req])
+        if req.uid in self.constraints:
+            self.advance_grammar(req, token)
+        if self.on_token is not None:
+            self.on_token(req, token)
+        return self.is_finished(req, token)
+
+    def record_run(self, req: Req, tokens: list[int], entries: dict) -> bool:
+        """Chapter 26: record the tokens a verify step gave a request, in order, as if each came from its own decode
+        step. Whether the request has finished: then the tokens after the one that finished it are dropped (a run
+        of accepted drafts can go on past an EOS; the device state past it is freed with the request)."""
+        # TODO(ch26): _record each token in order; return True as soon as one finishes the request (the rest are
+        # never recorded); False if none does.
+        # >>> solution
+        for token in tokens:
+            if self._record(req, token, entries):
+                return True
+        return False
+        # <<< solution
 
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
@@ -357,6 +492,8 @@ class Scheduler:
         try:
             if self.on_batch is not None:
                 self.on_batch(batch)
+            if batch.is_verify:  # chapter 26
+                return self._verify(batch, ends)
             return self.engine.forward_batch(batch)
         except BaseException:
             self.cache_manager.release_paged(batch.reqs, ends)
@@ -378,6 +515,8 @@ class Scheduler:
             self.pinned.clear()
             self.logprobs.clear()
             self.constraints.clear()
+            if self.proposer is not None:
+                self.proposer.reset()
 
     def _launch(self, batch: Batch) -> ForwardData:
         """Run a batch without waiting for its tokens to reach the CPU."""
@@ -420,7 +559,8 @@ class Scheduler:
         """Launch the next batch, then process `last` (launched by the previous call) while it runs.
         Returns the batch now in flight, for the next call; None if nothing was launched."""
         with self._on_stream():
-            if last is not None and self.constraints:  # chapter 25: the next masks need last's tokens
+            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts
+            if last is not None and (self.constraints or self.proposer is not None):
                 self._process(last)
                 last = None
             batch = self.schedule_next_batch()

@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minisgl.spec.config import METHODS, SpecConfig
+
 
 @dataclass
 class ServerArgs:
@@ -54,6 +56,18 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
                    help="chapter 23: which running request optimistic admission retracts first")
     p.add_argument("--max-retractions", type=int, default=None,
                    help="chapter 23: times a request may be retracted before it is pinned (default 1)")
+    # Chapter 26, SGLang's flag names (its NGRAM and STANDALONE algorithms are our ngram and draft).
+    p.add_argument("--speculative-algorithm", type=str.lower, choices=METHODS, default=None,
+                   help="chapter 26: speculative decoding by n-gram lookup in each request's own tokens, or by a "
+                        "draft model (--speculative-draft-model-path); default: off")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+                   help="chapter 26: draft tokens per request and step (default 4; SGLang counts one more)")
+    p.add_argument("--speculative-draft-model-path", default=None,
+                   help="chapter 26: the draft model's folder (same vocabulary as --model)")
+    p.add_argument("--speculative-ngram-min-match-window-size", type=int, default=None,
+                   help="chapter 26: the shortest suffix n-gram lookup tries (default 1)")
+    p.add_argument("--speculative-ngram-max-match-window-size", type=int, default=None,
+                   help="chapter 26: the longest suffix n-gram lookup tries, first (default 3)")
     a = p.parse_args(argv)
     if a.max_retractions is not None and a.max_retractions < 1:
         p.error(f"--max-retractions must be >= 1, got {a.max_retractions}")
@@ -67,7 +81,35 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         if getattr(a, key) is not None:
             scheduler[key] = getattr(a, key)
     try:
+        speculative = spec_config(a)
+    except ValueError as e:
+        p.error(str(e))
+    if speculative is not None:
+        scheduler["speculative"] = speculative
+    try:
         return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, scheduler, a.log_requests,
                           a.stream_interval)
     except ValueError as e:
         p.error(str(e))
+
+
+SPEC_FLAGS = {"num_tokens": "--speculative-num-draft-tokens", "draft_model_path": "--speculative-draft-model-path",
+              "min_n": "--speculative-ngram-min-match-window-size", "max_n": "--speculative-ngram-max-match-window-size"}
+
+
+def spec_config(a: argparse.Namespace) -> SpecConfig | None:
+    """Chapter 26: the SpecConfig the --speculative-* flags ask for (None without --speculative-algorithm); a
+    ValueError naming the flag for a combination that cannot run, at start-up rather than in the scheduler."""
+    given = {key: getattr(a, flag[2:].replace("-", "_")) for key, flag in SPEC_FLAGS.items()}
+    given = {key: value for key, value in given.items() if value is not None}
+    if a.speculative_algorithm is None:
+        if given:
+            raise ValueError(f"{', '.join(SPEC_FLAGS[key] for key in given)} needs --speculative-algorithm")
+        return None
+    try:
+        return SpecConfig(a.speculative_algorithm, **given)
+    except ValueError as e:  # SpecConfig names its fields; the command line knows them as flags
+        message = str(e)
+        for key, flag in SPEC_FLAGS.items():
+            message = message.replace(f"SpecConfig.{key}", flag)
+        raise ValueError(message.replace("method", "--speculative-algorithm")) from None
