@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
 from minisgl.core import Req
-
-if TYPE_CHECKING:
-    from minisgl.engine.engine import Engine
-    from minisgl.spec.config import SpecConfig
 
 
 class Proposer(ABC):
@@ -37,14 +32,3 @@ class Proposer(ABC):
 
     def reset(self) -> None:
         """Every request left at once (the scheduler's abort_all)."""
-
-
-def make_proposer(config: SpecConfig, target: Engine) -> Proposer:
-    """The proposer of config.method, for requests that run on `target`."""
-    if config.method == "draft":
-        from minisgl.spec.draft import DraftProposer
-
-        return DraftProposer(config, target)
-    from minisgl.spec.ngram import NgramProposer
-
-    return NgramProposer(config)
