@@ -248,6 +248,71 @@ def test_draft_lengths_cap_at_what_is_left_and_skip_rows_that_cannot_speculate()
         sched.constraints.clear()
 
 
+# --- after the verify pass: the requests' state, the host's tokens, the draft's KV ------------------------------------
+
+@pytest.mark.stubs("Engine.complete_verify")
+def test_complete_verify_moves_each_request_on_by_its_kept_drafts_and_writes_its_new_token():
+    """Three rows of a verify batch: 2 drafts of which 0 kept, 3 of which all kept, none (a row that decoded). Each
+    request's KV now covers its last token and its kept drafts; its new token sits in the token pool right after."""
+    from minisgl.core import Batch
+
+    llm = make_llm(None)
+    engine = llm.engine
+    reqs = []
+    for row, (cached, drafts, left) in enumerate([(6, 2, 10), (9, 3, 4), (4, 0, 1)]):
+        req = Req(torch.arange(1, cached + 2, dtype=torch.int32), row, cached, left, row, greedy(left))
+        req.device_len += drafts  # the verify pass computed the last token and the drafts
+        reqs.append(req)
+    engine.token_pool[:3] = -1
+    batch = Batch(reqs, "verify")
+    engine.complete_verify(batch, [0, 3, 0], torch.tensor([501, 502, 503]))
+    for req, (cached, kept, token, decodes) in zip(reqs, [(7, 0, 501, True), (13, 3, 502, False), (5, 0, 503, False)]):
+        assert (req.cached_len, req.device_len) == (cached, cached + 1), \
+            f"row {req.table_idx} ({kept} drafts kept): cached_len {req.cached_len}, device_len {req.device_len}; " \
+            f"expected {cached} and {cached + 1}"
+        written = engine.token_pool[req.table_idx].tolist()
+        if decodes:
+            assert written[cached] == token and written.count(-1) == len(written) - 1, \
+                f"row {req.table_idx}: the new token {token} belongs at position {cached} only"
+        else:
+            assert written.count(-1) == len(written), \
+                f"row {req.table_idx} may not decode again (max_tokens reached): nothing to write, got a write"
+
+
+@pytest.mark.stubs("Scheduler.record_run")
+def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_request():
+    llm = make_llm(spec("ngram", 4))
+    sched = llm.scheduler
+    seen = []
+    sched.on_token = lambda req, token: seen.append((req.uid, token))
+    eos = llm.engine.model_config.eos_token_ids[0]
+    for uid, (params, run, finished, kept) in enumerate([
+            (SamplingParams(max_tokens=20), [7, 8, 9], False, [7, 8, 9]),  # nothing ends it
+            (SamplingParams(max_tokens=20), [7, eos, 9, 10], True, [7, eos]),  # a stop token inside the run
+            (SamplingParams(max_tokens=20, ignore_eos=True), [7, eos, 9], False, [7, eos, 9]),  # an ordinary token
+            (SamplingParams(max_tokens=2), [7, 8, 9], True, [7, 8])]):  # max_tokens inside the run
+        req = Req(torch.tensor([1, 2, 3], dtype=torch.int32), 0, 2, params.max_tokens, uid, params)
+        seen.clear()
+        got = sched.record_run(req, run, {})
+        assert got == finished, f"request {uid}, run {run}: finished {got}, expected {finished}"
+        assert req.output_ids == kept and seen == [(uid, t) for t in kept], \
+            f"request {uid}, run {run}: recorded {req.output_ids}, on_token saw {seen}; expected {kept}"
+
+
+@pytest.mark.stubs("DraftProposer.accepted")
+def test_the_draft_keeps_the_kv_of_the_accepted_drafts_it_fed_and_no_more():
+    llm = make_llm(spec("draft", 3))
+    proposer = llm.scheduler.proposer
+    req = Req(torch.arange(1, 11, dtype=torch.int32), 2, 9, 20, 7, greedy(20))
+    for n, want in [(0, 10), (1, 11), (2, 12), (3, 12)]:  # 10 tokens known, 3 drafts of which 2 were fed
+        proposer._proposed[7] = (2, 10, 12)
+        proposer.accepted(req, n)
+        assert proposer.kept[7] == (2, want), f"{n} of 3 drafts accepted: kept {proposer.kept[7]}, expected (2, {want})"
+        assert 7 not in proposer._proposed, "the proposal is used up"
+    proposer.release(req)
+    assert 7 not in proposer.kept
+
+
 # --- whole runs: greedy answers are HF's, token for token -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
