@@ -612,6 +612,14 @@ def test_a_draft_model_with_another_vocabulary_is_refused_naming_both():
     assert "49152" in str(refused.value) and "1024" in str(refused.value), str(refused.value)
 
 
+def test_a_draft_whose_kv_regions_do_not_fit_is_refused():
+    """16 rows x 512 positions x 512 bytes per token (one layer, 2 KV heads of 32 float32 values, keys and values)
+    is 4 MiB: more than cpu_kv_cache_mb=1."""
+    with pytest.raises(ValueError, match=r"the draft model's KV regions need 4 MiB \(max_running_reqs 16 x "
+                                         r"max_seq_len 512 tokens\), more than the 1 MiB of cpu_kv_cache_mb"):
+        make_llm(spec("draft", 2), max_running_reqs=16, max_seq_len=512, cpu_kv_cache_mb=1)
+
+
 # --- the server -------------------------------------------------------------------------------------------------
 
 @pytest.mark.stubs("Scheduler.record_run", "Engine.complete_verify", "accept_greedy", "CacheManager.free_rejected",

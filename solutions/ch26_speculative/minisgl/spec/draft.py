@@ -4,7 +4,8 @@ The draft is an Engine of its own (weights, KV pool, page table, token pool), dr
 Its KV pool has a static region per table row: row r owns slots r * W .. r * W + W - 1 (W, the longest sequence),
 set once in the page table. So nothing is ever allocated or freed, and forgetting rejected drafts costs nothing:
 the draft only remembers, per request, how many of its positions hold KV of tokens the target kept; whatever
-lies past that is overwritten the next time.
+lies past that is overwritten the next time. The price is memory for every row at full length, on top of the
+target's pool (SGLang's draft workers share the target's allocator instead and hold only what requests use).
 
 Each step, for the requests that may speculate: one extend pass over the tokens of each request that the draft has
 not computed yet (a new request's whole prompt; after a verify step, the accepted drafts the draft had not fed and
@@ -31,12 +32,24 @@ from minisgl.spec.verify import target_probs
 
 
 def check_draft_model(path, target: Engine) -> None:
-    """ValueError unless the draft model at `path` reads and writes the target's vocabulary."""
-    draft_vocab = ModelConfig.from_path(path).vocab_size
+    """ValueError unless the draft model at `path` reads and writes the target's vocabulary, and its KV regions (a
+    whole sequence for every table row) fit: on the CPU in cpu_kv_cache_mb, on a GPU in the memory left free."""
+    mc = ModelConfig.from_path(path)
     vocab = target.model_config.vocab_size
-    if draft_vocab != vocab:
-        raise ValueError(f"the draft model {path} has a vocabulary of {draft_vocab} tokens but the target model "
+    if mc.vocab_size != vocab:
+        raise ValueError(f"the draft model {path} has a vocabulary of {mc.vocab_size} tokens but the target model "
                          f"{target.config.model_path} has {vocab}: a draft must share the target's tokenizer")
+    tokens = target.config.max_running_reqs * target.max_seq_len
+    need = tokens * 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * target.config.torch_dtype.itemsize
+    if target.device.type == "cuda":
+        room = torch.cuda.mem_get_info(target.device)[0]
+    else:
+        room = target.config.cpu_kv_cache_mb * 2**20
+    if need > room:
+        raise ValueError(f"the draft model's KV regions need {need / 2**20:.0f} MiB (max_running_reqs "
+                         f"{target.config.max_running_reqs} x max_seq_len {target.max_seq_len} tokens), more than the "
+                         f"{room / 2**20:.0f} MiB " + ("free on the GPU" if target.device.type == "cuda" else
+                                                       "of cpu_kv_cache_mb") + ": lower max_running_reqs or max_seq_len")
 
 
 class DraftProposer(Proposer):
