@@ -163,6 +163,8 @@ class Engine:
         changes: complete_verify does that once the accepted drafts are known."""
         logits = self.forward_logits(batch)
         last = batch.attn_metadata.cu_seqlens_q[1:].long() - 1
+        # Every row is sampled, and rows with drafts ignore theirs: one sampler call for the whole batch keeps each
+        # row's processors and grammar-mask rows where they are (batch rows), cheaper than a sub-batch of its own.
         return logits, self._sample(logits[last], batch)
 
     @torch.inference_mode()

@@ -293,10 +293,11 @@ class Scheduler:
         room = cache.available_size - cache.slots_for(reqs)
         fitted = []
         for req, draft in zip(reqs, drafts):
-            extra = cache.slots_to_grow(req.device_len, req.device_len + len(draft)) if draft else 0
+            extra = cache.slots_to_grow(req.device_len, req.device_len + len(draft))
             if extra > room:
                 draft = []
-            room -= extra if draft else 0
+            else:
+                room -= extra
             fitted.append(draft)
         return fitted
 

@@ -104,9 +104,9 @@ def verify_batch(engine: Engine, batch: Batch, drafts: list[list[int]],
             q = torch.stack([_draft_q(draft_probs[i], drafts[i], k, p.shape[-1], p.device) for i in group])
             n, nxt = accept_rejection(padded, row_lens, p, q, engine.sampler.generator)
         counts[rows], next_tokens[rows] = n, nxt
-    accepted = counts.tolist()  # the one point where the host waits: the requests' lengths depend on it
+    accepted, tokens = torch.stack([counts, next_tokens]).tolist()  # the host waits here: the lengths depend on it
     engine.complete_verify(batch, accepted, next_tokens)
-    gained = [d[:n] + [t] for d, n, t in zip(drafts, accepted, next_tokens.tolist())]
+    gained = [d[:n] + [t] for d, n, t in zip(drafts, accepted, tokens)]
     return gained, accepted
 
 
@@ -117,5 +117,5 @@ def _draft_q(probs: torch.Tensor | None, drafts: list[int], k: int, vocab: int, 
     if probs is not None:
         q[: len(drafts)] = probs.float()
     else:
-        q[torch.arange(len(drafts)), torch.tensor(drafts, dtype=torch.long)] = 1.0
+        q[torch.arange(len(drafts), device=device), torch.tensor(drafts, dtype=torch.long, device=device)] = 1.0
     return q
