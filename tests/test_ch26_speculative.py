@@ -483,9 +483,18 @@ def test_optimistic_admission_retracts_and_drafts_take_only_pages_that_exist(pro
 
     llm = make_llm(spec("draft", 4, draft=NAME), page_size=4, num_pages=26, admission="optimistic",
                    new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
+    fit, dropped = llm.scheduler._fit_drafts, []
+
+    def counting(reqs, drafts):
+        fitted = fit(reqs, drafts)
+        dropped.extend(r.uid for r, d, f in zip(reqs, drafts, fitted) if d and not f)
+        return fitted
+
+    llm.scheduler._fit_drafts = counting
     got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
     assert_same(got, reference, "optimistic admission on a tight pool")
     assert llm.scheduler.num_retractions > 0, "the pool should have been too small without retracting"
+    assert dropped, "no row's drafts were dropped for lack of pages: the fixture lost its point"
     assert llm.scheduler.spec_stats.verify_steps > 0
     assert_clean(llm)
 
