@@ -17,7 +17,7 @@ PARAGRAPH = "The scheduler picks which requests run next. A cache of keys and va
 QUESTIONS = [f"Repeat this paragraph word for word: {PARAGRAPH}", "Why do we need sleep?"]
 prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
                                          return_dict=False) for q in QUESTIONS]
-params = [SamplingParams(max_tokens=40), SamplingParams(max_tokens=16)]  # the first answer ends at EOS
+params = [SamplingParams(max_tokens=40), SamplingParams(max_tokens=10)]  # the first answer ends at EOS
 
 RUNS = {"no speculation": None, "n-gram, k=4": SpecConfig("ngram", num_tokens=4)}
 if path.name == "smollm2":  # the draft fixture is SmolLM2's first 20 layers: only for SmolLM2 itself
