@@ -36,7 +36,7 @@ $(LABDEPS): requirements-lab.txt $(DEPS)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-lab.txt
 	@mkdir -p build && touch $@
 
-models: deps  ## build the model fixtures (tiny-qwen3, tiny-llama, tiny-qwen3-moe) and convert SmolLM2-135M into models/
+models: deps  ## build the model fixtures (tiny-qwen3, tiny-llama, tiny-qwen3-moe), convert SmolLM2-135M, and the draft models of chapter 26, into models/
 	$(PY) -m tools.models
 
 need-ch:

@@ -21,7 +21,7 @@ PACKAGE = "minisgl"
 # own layer or any layer below it, never one above. Subpackages not listed here are not checked.
 LAYERS = [
     ("server", "benchmark", "teaching"),
-    ("llm", "scheduler"),
+    ("llm", "scheduler", "spec"),  # spec (chapter 26): proposers and verification, beside the scheduler
     ("engine",),
     ("attention", "models", "layers", "distributed"),
     ("moe",),  # chapter 20: routing and expert compute, used by layers/moe.py

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tools import course, skeleton, tree
+from tools.models import KNOWN
 from tools.tree import PLANNED, ROOT, SOLUTIONS, get_chapter
 
 
@@ -222,7 +223,7 @@ def test_missing_model_is_one_line_at_once():
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
     assert proc.stderr.strip().splitlines() == [
-        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, tiny-qwen3-moe, smollm2)"
+        f"error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: {', '.join(KNOWN)})"
     ], f"one line, no traceback: {proc.stderr}"
     assert elapsed < 15, f"the check took {elapsed:.1f} s: it must not wait for torch in a child process"
 
@@ -234,7 +235,7 @@ def test_serve_refuses_a_tree_without_a_server_and_a_missing_model_at_once():
         "the finished engine)"], f"exit code {early.returncode}: {early.stdout}{early.stderr}"
     proc = _course("serve", "--max-running-reqs", "4", MODEL="/nonexistent/model")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: tiny-qwen3, tiny-llama, tiny-qwen3-moe, smollm2)"
+        f"error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: {', '.join(KNOWN)})"
     ], f"server flags pass through, and a bad MODEL is one line: {proc.stdout}{proc.stderr}"
 
 

@@ -1,0 +1,165 @@
+"""The scheduler process: the scheduler's loop, fed by messages instead of a list of prompts.
+
+Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
+the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
+step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
+tokens. Only when nothing runs or waits does it block on the socket. A token of a request that asked for
+log-probabilities (chapter 24) carries its own and its top_logprobs in the same message. With speculative decoding
+(chapter 26) one step may give a request several tokens: one message each, in order, the last one marked finished.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import torch
+
+from minisgl.core import Req
+from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg,
+                             ErrorMsg, ExitMsg, GetStatusMsg, MessageError, StatusMsg, UserMsg, batched, unwrap)
+from minisgl.scheduler.scheduler import ForwardData, Scheduler
+from minisgl.scheduler.utils import PendingReq
+from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
+from minisgl.utils.process import report_death
+
+IDLE_POLL_S = 0.5  # how long an idle loop blocks on its socket before it checks that its parent still lives
+
+
+class SchedulerIO:
+    """A Scheduler behind two queues: `recv` (messages for the scheduler) and `send` (to the tokenizer process)."""
+
+    def __init__(self, scheduler: Scheduler, recv: ZmqPullQueue, send: ZmqPushQueue) -> None:
+        self.scheduler = scheduler
+        self.recv, self.send = recv, send
+        self.outbox: list[BaseTokenizerMsg] = []
+        self.new_tokens: list[tuple[Req, int, tuple | None]] = []  # (request, token, logprobs) of the last step
+        self.running = True  # an ExitMsg ends the loop
+        self.eos_token_ids = set(scheduler.engine.model_config.eos_token_ids)
+        scheduler.on_token = lambda req, token: self.new_tokens.append((req, token, self._logprobs_of(req.uid)))
+
+    def _logprobs_of(self, uid: int) -> tuple | None:
+        """The log-probability entry of the request's token just recorded, if it asked (chapter 24): the only one
+        this process needs, so the scheduler's list is emptied as it goes."""
+        entries = self.scheduler.logprobs.get(uid)
+        return entries.pop() if entries else None
+
+    def receive_msgs(self, blocking: bool) -> list[BaseBackendMsg]:
+        """Every message queued now; when `blocking`, wait up to IDLE_POLL_S for the first one. A frame that does
+        not decode is reported and skipped."""
+        msgs: list[BaseBackendMsg] = []
+        timeout = IDLE_POLL_S if blocking else 0
+        while True:
+            try:
+                msg = self.recv.get(timeout=timeout)
+            except MessageError as e:
+                print(f"scheduler: dropped a bad frame: {e}", file=sys.stderr)
+                continue
+            if msg is None:
+                return msgs
+            msgs.extend(unwrap(msg))  # a batch (nested or not) is acted on message by message
+            timeout = 0
+
+    def process_msg(self, msg: BaseBackendMsg) -> None:
+        """Act on one message: queue a request (or refuse it), abort one, report the status, or stop."""
+        if isinstance(msg, UserMsg):
+            try:
+                self.scheduler.add_request(PendingReq(msg.uid, msg.input_ids, msg.sampling_params))
+            except ValueError as e:
+                self.outbox.append(ErrorMsg(msg.uid, str(e)))
+        elif isinstance(msg, AbortBackendMsg):
+            self.scheduler.abort_request(msg.uid)
+        elif isinstance(msg, GetStatusMsg):
+            self.outbox.append(StatusMsg(msg.uid, self.status()))
+        elif isinstance(msg, ExitMsg):
+            self.running = False
+        else:
+            raise MessageError(f"the scheduler does not handle {type(msg).__name__}")
+
+    def send_results(self) -> None:
+        """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
+        replies: list[BaseTokenizerMsg] = []
+        last = {req.uid: i for i, (req, _, _) in enumerate(self.new_tokens)}  # a request's last token of the step
+        for i, (req, token, logprobs) in enumerate(self.new_tokens):
+            finished = last[req.uid] == i and self.scheduler.finished.pop(req.uid, None) is not None
+            reason = None
+            if finished:
+                eos = token in self.eos_token_ids and not req.sampling_params.ignore_eos
+                reason = "stop" if eos else "length"
+                self.scheduler.logprobs.pop(req.uid, None)
+            msg = DetokenizeMsg(req.uid, token, finished, reason)
+            if logprobs is not None:
+                msg.logprob, msg.top_ids, msg.top_logprobs = logprobs[0], [t for t, _ in logprobs[1]], \
+                    [v for _, v in logprobs[1]]
+            replies.append(msg)
+        replies += self.outbox
+        if replies:
+            self.send.put(batched(replies, BatchTokenizerMsg))
+        self.new_tokens, self.outbox = [], []
+
+    def status(self) -> dict[str, int]:
+        """The scheduler's counters; when nothing runs it also checks the integrity of its tables and pages."""
+        sched = self.scheduler
+        status = {"waiting": len(sched.prefill_manager.pending), "running": len(sched.decode_manager.running),
+                  "available_slots": sched.cache_manager.available_size, "total_slots": sched.cache_manager.num_slots,
+                  "retractions": sched.num_retractions}  # chapter 23: since the server started (0 when conservative)
+        if sched.proposer is not None:  # chapter 26: since the server started
+            stats = sched.spec_stats
+            status |= {"verify_steps": stats.verify_steps, "draft_tokens_proposed": stats.proposed,
+                       "draft_tokens_accepted": stats.accepted}
+        if sched.idle:
+            sched.check_integrity()  # an AssertionError here ends the process: a leak is never served over
+            status["integrity_checked"] = 1
+        return status
+
+    def run_forever(self, alive=lambda: True) -> None:
+        """Receive, step, send until an ExitMsg comes (or `alive()` turns false while idle). If anything fails,
+        every request is aborted and freed before the error ends the process."""
+        sched = self.scheduler
+        if sched.stream is not None:
+            sched.stream.wait_stream(torch.cuda.current_stream())
+        last: ForwardData | None = None  # the batch in flight (overlap scheduling)
+        try:
+            while self.running:
+                idle = last is None and sched.idle
+                msgs = self.receive_msgs(blocking=idle)
+                if idle and not msgs and not alive():
+                    return
+                for msg in msgs:
+                    self.process_msg(msg)
+                if sched.overlap:
+                    last = sched.overlap_step(last)
+                else:
+                    sched.step()
+                self.send_results()
+        except BaseException:
+            sched.abort_all()
+            raise
+
+
+def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr: str, detokenizer_addr: str,
+                  ready=None) -> None:
+    """The scheduler process: build the engine (the slow part), report ready with the limits the front end needs,
+    then serve until an ExitMsg or the parent's death. A failure to start is reported instead of a silent exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers itself
+    from minisgl.engine import Engine, EngineConfig
+
+    parent = os.getppid()
+    with report_death("scheduler", ready):
+        engine = Engine(EngineConfig(model_path, **engine_args))
+        scheduler = Scheduler(engine, **scheduler_args)
+        recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
+        send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
+        io = SchedulerIO(scheduler, recv, send)
+        if ready is not None:
+            # The longest request (prompt + output) this scheduler can run: the engine's limit, or the whole KV
+            # pool when that is smaller (a request needs a slot for every token but its last).
+            slots = scheduler.cache_manager.num_slots
+            ready.put({"worker": "scheduler", "max_seq_len": min(engine.max_seq_len, slots + 1),
+                       "vocab_size": engine.model_config.vocab_size, "total_slots": slots,
+                       "page_size": scheduler.cache_manager.page_size,
+                       "max_running_reqs": engine.config.max_running_reqs})
+        io.run_forever(alive=lambda: os.getppid() == parent)
+        recv.stop()
+        send.stop()

@@ -1,0 +1,186 @@
+"""LLM: generate completions for a list of prompts in one call, with continuous batching underneath."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numbers
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from minisgl.core import SamplingParams
+from minisgl.distributed import get_tp_info
+from minisgl.engine import Engine, EngineConfig
+from minisgl.env import ENV
+from minisgl.llm.tp import TPGroup, check_tp_config
+from minisgl.scheduler.retract import NewTokenRatio
+from minisgl.scheduler.scheduler import Scheduler, check_admission_args, check_spec_args
+from minisgl.scheduler.utils import PendingReq
+from minisgl.spec import SpecConfig
+
+Prompt = str | Sequence[int]
+
+
+class LLM:
+    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments go to EngineConfig,
+    except max_extend_tokens (the prefill token budget of one batch), overlap (overlap scheduling; default:
+    on unless MINISGL_DISABLE_OVERLAP_SCHEDULING is set) and enable_mixed_chunk (mixed prefill + decode
+    batches, chapter 21; default: off unless MINISGL_ENABLE_MIXED_CHUNK is set), admission ("conservative" or
+    "optimistic", chapter 23; default: MINISGL_ADMISSION, else conservative), new_token_ratio, retraction_policy
+    ("length" or "last"), max_retractions and speculative (a SpecConfig, chapter 26: speculative decoding; None,
+    the default, speculates not), which go to the scheduler, and tp_size.
+
+    tp_size > 1 (chapter 16) runs one process per rank, each with its own engine and scheduler on a slice of
+    the model; this object then only tokenizes, hands the work to rank 0 and decodes (engine and scheduler
+    are None here). A bad tp_size is a ValueError before any process starts; call shutdown() when done.
+    """
+
+    def __init__(self, model_path: str | Path, max_extend_tokens: int = 8192, overlap: bool | None = None,
+                 tp_size: int = 1, enable_mixed_chunk: bool | None = None, admission: str | None = None,
+                 new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
+                 max_retractions: int = 1, speculative: SpecConfig | None = None, **config) -> None:
+        self.model_path = model_path
+        self.tp_size = tp_size
+        self.engine: Engine | None = None
+        self.scheduler: Scheduler | None = None
+        self._group: TPGroup | None = None
+        self._tokenizer = None
+        self._next_uid = 0
+        engine_config = EngineConfig(model_path, **config)
+        check_tp_config(tp_size, engine_config)
+        check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)  # before any engine
+        check_spec_args(speculative, tp_size)
+        scheduler_args = dict(max_extend_tokens=max_extend_tokens, overlap=overlap,
+                              enable_mixed_chunk=enable_mixed_chunk, admission=admission,
+                              new_token_ratio=new_token_ratio, retraction_policy=retraction_policy,
+                              max_retractions=max_retractions, speculative=speculative)
+        if tp_size > 1:
+            rank_args = dict(**scheduler_args, **config)
+            self._group = TPGroup(tp_size, type(self), model_path, rank_args, engine_config.device)
+            return
+        self.engine = Engine(engine_config)
+        self.scheduler = Scheduler(self.engine, **scheduler_args)
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:  # loaded on first use: token-id prompts need no tokenizer
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        return self._tokenizer
+
+    @property
+    def rank_processes(self) -> list:
+        """The processes of the ranks (tp_size > 1), rank 0 first; empty when this process is the engine."""
+        return [] if self._group is None else list(self._group.processes)
+
+    def shutdown(self) -> None:
+        """Stop the rank processes (tp_size > 1); a no-op otherwise. The LLM cannot generate afterwards."""
+        if self._group is not None:
+            self._group.shutdown()
+
+    def _requests(self, prompts: Prompt | list[Prompt], params: SamplingParams | list[SamplingParams] | None,
+                  ) -> list[tuple[list[int], SamplingParams]]:
+        """(token ids, sampling params) of every prompt: text tokenized, lists and params checked."""
+        if isinstance(prompts, str):  # one text prompt, not a list of one-character ones
+            prompts = [prompts]
+        prompts = list(prompts)
+        if isinstance(params, SamplingParams) or params is None:
+            params = [params or SamplingParams()] * len(prompts)
+        elif not isinstance(params, (list, tuple)):
+            raise ValueError(f"sampling_params must be a SamplingParams or a list of them, got {type(params).__name__}")
+        if len(params) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        return [(self._token_ids(prompt, i), p) for i, (prompt, p) in enumerate(zip(prompts, params))]
+
+    def _pending(self, requests: list[tuple[list[int], SamplingParams]]) -> list[PendingReq]:
+        """The requests, numbered, each checked by the scheduler before any is queued: bad input loses nothing."""
+        out = []
+        for ids, p in requests:
+            pending = PendingReq(self._next_uid + len(out), torch.tensor(ids, dtype=torch.int32), p)
+            self.scheduler.check_request(pending)
+            out.append(pending)
+        return out
+
+    def _token_ids(self, prompt: Prompt, index: int) -> list[int]:
+        """A prompt as a list of Python ints: text is tokenized; a token-id prompt must hold integers (numpy and
+        torch integer scalars, arrays and tensors too), never bools, floats or bytes, each below 2**31
+        (ValueError otherwise)."""
+        if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"prompt {index} is not valid text: {e.reason} at character {e.start}") from None
+            return self.tokenizer.encode(prompt)
+        if hasattr(prompt, "tolist"):  # a numpy array or a torch tensor of ids
+            prompt = prompt.tolist()
+        if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Sequence):
+            raise ValueError(f"prompt {index} must be text or a list of token ids, got {type(prompt).__name__}")
+        ids = list(prompt)
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= int(t) < 2**31:
+                raise ValueError(f"prompt {index}: token id {t!r} is not an integer in [0, 2**31)")
+        return [int(t) for t in ids]
+
+    def generate(self, prompts: Prompt | list[Prompt],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[dict]:
+        """[{"text", "token_ids"}] in the order of `prompts` (one text prompt may stand alone). Every prompt is
+        checked before any is queued. If the run fails or is interrupted, its requests are aborted and freed and
+        the error goes on; the LLM serves the next call.
+
+        Chapter 24: with logprobs, an answer also has "logprobs" (the log-probability of each output token, from
+        the model's distribution before any sampling setting) and, with top_logprobs, "top_logprobs" (for each
+        output token, the (token id, logprob) pairs of the most likely ones, best first). A prompt with n > 1
+        also gets "samples", its n answers (the first is also the answer itself)."""
+        requests = self._requests(prompts, sampling_params)
+        expanded, owner = expand_samples(requests)
+        run = self._group.generate if self._group is not None else (lambda reqs: self._run(self._pending(reqs)))
+        shared = [(ids, SamplingParams(max_tokens=1, ignore_eos=True)) for ids, p in requests if p.n > 1]
+        if shared:  # first the prompts alone, once: their n samples then find them in the radix cache
+            if self._group is None:
+                self._pending(expanded)  # checks every request before anything runs (numbers nothing yet)
+            run(shared)
+        outputs = run(expanded)
+        results = [{"samples": []} for _ in requests]
+        for i, (ids, logprobs) in zip(owner, outputs):
+            sample = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids}
+            if logprobs is not None:
+                sample["logprobs"] = [lp for lp, _ in logprobs]
+                if requests[i][1].top_logprobs:
+                    sample["top_logprobs"] = [top for _, top in logprobs]
+            results[i]["samples"].append(sample)
+        for result, (_, p) in zip(results, requests):
+            result.update(result["samples"][0])
+            if p.n == 1:
+                del result["samples"]
+        return results
+
+    def _run(self, pending: list[PendingReq]) -> list[tuple[list[int], list | None]]:
+        """Queue checked requests, run the scheduler until they all finished; their output token ids, and their
+        log-probability entries (None for a request that did not ask)."""
+        self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
+        for p in pending:
+            self.scheduler.add_request(p)
+        self._next_uid += len(pending)
+        quiet = ENV.QUIET or not get_tp_info().is_primary  # one progress bar, not one per rank
+        with tqdm(total=len(pending), desc="generate", disable=quiet) as bar:
+            self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
+        return [(self.scheduler.finished.pop(p.uid).output_ids, self.scheduler.logprobs.pop(p.uid, None))
+                for p in pending]
+
+
+def expand_samples(requests: list[tuple[list[int], SamplingParams]],
+                   ) -> tuple[list[tuple[list[int], SamplingParams]], list[int]]:
+    """n > 1: n requests of the prompt, n = 1 each, with seeds seed, seed + 1, ... (vLLM's and SGLang's way), or
+    unseeded if the prompt was (then they draw different tokens from the engine's generator). Returns the
+    requests and, for each, the index of its prompt."""
+    out, owner = [], []
+    for i, (ids, p) in enumerate(requests):
+        for k in range(p.n):
+            seed = None if p.seed is None else p.seed + k
+            out.append((ids, dataclasses.replace(p, n=1, seed=seed)))
+            owner.append(i)
+    return out, owner

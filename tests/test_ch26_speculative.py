@@ -1,0 +1,743 @@
+"""Chapter 26: speculative decoding. n-gram lookup and greedy acceptance against brute-force searches; speculative
+sampling's output distribution against p (chi-square, small vocabularies); the pages of rejected drafts given back
+exactly; whole runs on tiny-qwen3 whose greedy answers are Hugging Face's token for token with either proposer,
+k = 1..4, overlap on and off, pages of 1 and 4 slots, chunked prefill, mixed batches, a radix hit, optimistic
+admission, rows that cannot speculate beside rows that do, aborts and stop tokens inside accepted runs; sampled
+answers whose joint distribution is the model's; the server's flags."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from helpers import TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
+from minisgl.core import Req, SamplingParams
+from minisgl.llm import LLM
+from minisgl.scheduler.utils import PendingReq
+from minisgl.spec import Proposer, SpecConfig, accept_greedy, accept_rejection, ngram_lookup
+
+NAME = "tiny-qwen3"
+DRAFT = "tiny-qwen3-draft"
+N = 24  # tokens per answer in the greedy runs
+RUN_STUBS = ("Scheduler.draft_lengths", "Engine.complete_verify", "CacheManager.free_rejected", "Scheduler.record_run",
+             "accept_greedy")
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    tok = tokenizer(NAME)
+    return [tok.encode(t) for t in TEXTS]
+
+
+@pytest.fixture(scope="module")
+def reference(prompts) -> list[list[int]]:
+    return [hf_greedy(NAME, p, N) for p in prompts]
+
+
+def spec(method: str, k: int, draft: str = DRAFT) -> SpecConfig:
+    if method == "ngram":
+        return SpecConfig("ngram", k)
+    return SpecConfig("draft", k, draft_model_path=model_path(draft))
+
+
+def make_llm(speculative: SpecConfig | None, page_size: int = 1, overlap: bool = False, **kw) -> LLM:
+    config = dict(max_running_reqs=8, max_seq_len=256, num_pages=2048 // page_size) | kw
+    return LLM(model_path(NAME), page_size=page_size, overlap=overlap, speculative=speculative, **config)
+
+
+def greedy(max_tokens: int = N, **kw) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw)
+
+
+def assert_same(got: list[list[int]], want: list[list[int]], what: str) -> None:
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            at = next((j for j, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+            raise AssertionError(f"request {i}, {what}: first difference at output position {at}: got "
+                                 f"{g[at:at + 4]}, expected {w[at:at + 4]} ({len(g)} tokens, expected {len(w)})")
+
+
+# --- n-gram lookup and greedy acceptance against brute force ------------------------------------------------------
+
+def ngram_oracle(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]:
+    """Every start of every n-gram tried, longest n first; the latest start whose n-gram is the suffix and ends
+    before the last token wins."""
+    for n in range(max_n, min_n - 1, -1):
+        starts = [s for s in range(len(tokens) - n) if tokens[s:s + n] == tokens[len(tokens) - n:]]
+        if starts and n < len(tokens):
+            return tokens[max(starts) + n:max(starts) + n + k]
+    return []
+
+
+@pytest.mark.stubs("ngram_lookup")
+def test_ngram_lookup_finds_the_latest_earlier_occurrence_of_the_longest_suffix():
+    cases = [([5, 6, 7], 2, 1, 3, []),  # the suffix only matches itself
+             ([1, 2, 3, 1, 2], 4, 1, 3, [3, 1, 2]),  # what follows may run into the suffix
+             ([1, 5, 1, 6, 1], 3, 1, 1, [6, 1]),  # the latest occurrence, not the first
+             ([9, 1, 2, 8, 2, 7, 1, 2], 1, 1, 2, [8]),  # the longer suffix first, though "2" occurs later
+             ([4, 4, 4, 4], 2, 1, 3, [4]),  # overlapping occurrences: the latest earlier one ends at position 2
+             ([3, 1, 2, 3], 5, 2, 3, []),  # only n = 1 would match, and min_n is 2
+             ([7], 3, 1, 3, [])]
+    for tokens, k, lo, hi, want in cases:
+        got = ngram_lookup(tokens, k, lo, hi)
+        assert got == want, f"ngram_lookup({tokens}, k={k}, min_n={lo}, max_n={hi}) = {got}, expected {want}"
+    rng = random.Random(0)
+    for case in range(3000):
+        tokens = [rng.randrange(rng.choice((2, 3, 5))) for _ in range(rng.randint(1, 30))]
+        k, lo = rng.randint(1, 5), rng.randint(1, 3)
+        hi = rng.randint(lo, 4)
+        got, want = ngram_lookup(tokens, k, lo, hi), ngram_oracle(tokens, k, lo, hi)
+        assert got == want, f"case {case}: ngram_lookup({tokens}, k={k}, min_n={lo}, max_n={hi}) = {got}, expected {want}"
+
+
+@pytest.mark.stubs("accept_greedy")
+def test_accept_greedy_counts_the_matching_prefix_of_each_rows_own_drafts():
+    g = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        rows, k = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(1, 7, (1,), generator=g))
+        target = torch.randint(0, 3, (rows, k + 1), generator=g)
+        drafts = torch.randint(0, 3, (rows, k), generator=g)  # padding past a row's length too: it may match
+        agree = torch.randint(0, k + 1, (rows,), generator=g)
+        for b in range(rows):  # long agreements are likely, short ones too
+            drafts[b, : agree[b]] = target[b, : agree[b]]
+        lens = torch.randint(0, k + 1, (rows,), generator=g)
+        got = accept_greedy(drafts, target, lens)
+        assert got.dtype == torch.int64 and got.shape == (rows,), f"accepted counts {got.dtype} {tuple(got.shape)}"
+        for b in range(rows):
+            want = 0
+            while want < lens[b] and drafts[b, want] == target[b, want]:
+                want += 1
+            assert int(got[b]) == want, (f"trial {trial}, row {b}: drafts {drafts[b].tolist()} (its {int(lens[b])} "
+                                         f"are real), target {target[b].tolist()}: accepted {int(got[b])}, expected {want}")
+
+
+# --- speculative sampling: the output is distributed as p -----------------------------------------------------------
+
+def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor, what: str) -> float:
+    """p-value of the observed counts under probs (float64); a token with probability 0 must never occur."""
+    from scipy.stats import chisquare
+
+    never = (probs == 0) & (counts > 0)
+    assert not never.any(), f"{what}: tokens {never.nonzero().flatten().tolist()} have probability 0 yet occurred"
+    keep = probs > 0
+    expected = probs[keep] * counts.sum()
+    return float(chisquare(counts[keep].double().numpy(), expected.numpy()).pvalue)
+
+
+def emitted_positions(drafts: torch.Tensor, n: torch.Tensor, nxt: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """Position i's token of every row that emitted one (the row's drafts up to n, then its next token)."""
+    out = []
+    for i in range(k + 1):
+        rows = n >= i
+        tokens = torch.where(n[rows] > i, drafts[rows, min(i, k - 1)], nxt[rows])
+        out.append(tokens)
+    return out
+
+
+@pytest.mark.stubs("accept_rejection")
+@pytest.mark.parametrize("kind", ["point-mass", "general-q"])
+def test_speculative_sampling_emits_tokens_distributed_as_p(kind):
+    """60,000 rows of one verify step, k = 2 with some rows proposing only 1 draft: the first token of every row,
+    the second of every row that accepted draft 1, the third of every row that accepted both, each follow p at its
+    position (chi-square against float64 p). q is a point mass (an n-gram draft, always the same token) or a
+    general distribution the drafts are drawn from."""
+    vocab, k, rows = 6, 2, 60000
+    g = torch.Generator().manual_seed(2)
+    p = (torch.randn(k + 1, vocab, generator=g, dtype=torch.float64) * 1.5).softmax(-1)
+    p[:, 5] = 0  # a token the target never emits
+    p /= p.sum(-1, keepdim=True)
+    if kind == "point-mass":
+        fixed = torch.tensor([2, 0])  # the same guesses in every row, as n-gram lookup makes them
+        drafts = fixed.repeat(rows, 1)
+        q = torch.nn.functional.one_hot(fixed, vocab).double()
+    else:
+        q = (torch.randn(k, vocab, generator=g, dtype=torch.float64)).softmax(-1)
+        drafts = torch.stack([torch.multinomial(q[i].float(), rows, replacement=True, generator=g) for i in range(k)], 1)
+    lens = torch.where(torch.arange(rows) % 3 == 0, 1, k)
+    n, nxt = accept_rejection(drafts, lens, p.float().expand(rows, -1, -1), q.float().expand(rows, -1, -1),
+                              torch.Generator().manual_seed(3))
+    assert n.shape == (rows,) and nxt.shape == (rows,), f"shapes {tuple(n.shape)} and {tuple(nxt.shape)}"
+    assert bool((n >= 0).all() and (n <= lens).all()), "an accepted count beyond its row's drafts"
+    for i, tokens in enumerate(emitted_positions(drafts, n, nxt, k)):
+        counts = torch.bincount(tokens, minlength=vocab)
+        pvalue = chi_square_pvalue(counts, p[i], f"{kind}, position {i}")
+        assert pvalue > 1e-3, (f"{kind}: the tokens emitted at position {i} ({int(counts.sum())} rows) are not "
+                               f"distributed as p: frequencies {(counts / counts.sum()).tolist()}, p {p[i].tolist()} "
+                               f"(chi-square p-value {pvalue:.1e})")
+
+
+@pytest.mark.stubs("accept_rejection")
+def test_speculative_sampling_accepts_everything_when_q_is_p_and_never_emits_what_p_forbids():
+    vocab, k, rows = 8, 3, 4000
+    g = torch.Generator().manual_seed(4)
+    p = torch.randn(rows, k + 1, vocab, generator=g).softmax(-1)
+    drafts = torch.multinomial(p[:, :k].reshape(-1, vocab), 1, generator=g).view(rows, k)
+    lens = torch.randint(1, k + 1, (rows,), generator=g)
+    n, _ = accept_rejection(drafts, lens, p, p[:, :k].clone(), torch.Generator().manual_seed(5))
+    assert torch.equal(n, lens), f"q = p: {int((n != lens).sum())} rows rejected a draft (counts {n[:8].tolist()}, " \
+                                 f"drafts {lens[:8].tolist()})"
+    forbidden = torch.zeros(vocab, dtype=torch.bool)
+    forbidden[[1, 4]] = True
+    p = p.masked_fill(forbidden, 0)
+    p /= p.sum(-1, keepdim=True)
+    q = torch.randn(rows, k, vocab, generator=g).softmax(-1)  # q likes the forbidden tokens as much as any
+    drafts = torch.multinomial(q.reshape(-1, vocab), 1, generator=g).view(rows, k)
+    n, nxt = accept_rejection(drafts, lens, p, q, torch.Generator().manual_seed(6))
+    for i, tokens in enumerate(emitted_positions(drafts, n, nxt, k)):
+        bad = forbidden[tokens]
+        assert not bad.any(), f"position {i}: {int(bad.sum())} rows emitted a token of probability 0 under p"
+
+
+# --- the pages of rejected drafts ------------------------------------------------------------------------------------
+
+@pytest.mark.stubs("CacheManager.free_rejected")
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_free_rejected_keeps_the_whole_pages_of_the_kept_positions(page_size):
+    """A request holds pages for [0, cached) when its verify step allocates up to cached + 1 + k; it keeps n drafts:
+    afterwards it holds exactly the pages of [0, cached + n + 1) and every other page is free."""
+    from minisgl.scheduler.cache import CacheManager, div_ceil
+
+    num_pages = 64 // page_size
+    for cached in range(0, 10):
+        for k in range(1, 5):
+            for n in range(k + 1):
+                table = torch.zeros(2, 64, dtype=torch.int32)
+                cache = CacheManager(num_pages, page_size, table, "naive")
+                req = Req(torch.arange(1, cached + 2, dtype=torch.int32), 0, 0, 20, 0, SamplingParams(max_tokens=20))
+                req.device_len = cached
+                if cached:
+                    cache.allocate_paged([req])
+                req.cached_len, req.device_len = cached, cached + 1 + k  # the verify step: last token + k drafts
+                cache.allocate_paged([req])
+                req.cached_len = cached + n + 1  # what complete_verify leaves
+                req.device_len = req.cached_len + 1
+                cache.free_rejected(req, cached + 1 + k)
+                where = f"page_size {page_size}, cached {cached}, {k} drafts, {n} kept"
+                held = cache.held_pages([req])
+                assert len(held) == div_ceil(cached + n + 1, page_size), \
+                    f"{where}: the request holds {len(held)} pages, expected {div_ceil(cached + n + 1, page_size)}"
+                assert len(cache._free_pages) == num_pages - len(held), \
+                    f"{where}: {len(cache._free_pages)} pages free, expected {num_pages - len(held)}"
+                cache.check_integrity([req])
+
+
+# --- which rows speculate, and how far ------------------------------------------------------------------------------
+
+@pytest.mark.stubs("Scheduler.draft_lengths")
+def test_draft_lengths_cap_at_what_is_left_and_skip_rows_that_cannot_speculate():
+    llm = make_llm(spec("ngram", 3))
+    sched = llm.scheduler
+    cases = [(dict(), 50, 3), (dict(), 4, 3), (dict(), 3, 2), (dict(), 2, 1), (dict(), 1, 0),
+             (dict(temperature=0.8, top_k=5, top_p=0.9), 50, 3), (dict(seed=7), 50, 3),
+             (dict(logprobs=True), 50, 0), (dict(repetition_penalty=1.2), 50, 0), (dict(logit_bias={3: 1.0}), 50, 0),
+             (dict(min_tokens=2), 50, 0), (dict(temperature=0.8, min_p=0.1), 50, 0),
+             (dict(temperature=0.8, seed=7), 50, 0), (dict(frequency_penalty=0.5), 50, 0)]
+    reqs = [Req(torch.arange(1, 6, dtype=torch.int32), i, 4, left, 100 + i, SamplingParams(max_tokens=left, **kw))
+            for i, (kw, left, _) in enumerate(cases)]
+    got = sched.draft_lengths(reqs)
+    for (kw, left, want), k in zip(cases, got):
+        assert k == want, f"a request with {kw or 'no settings'} and {left} tokens left may take {want} drafts, got {k}"
+    sched.constraints[100] = object()  # a grammar (chapter 25): its next mask needs each token first
+    try:
+        assert sched.draft_lengths(reqs[:1]) == [0], "a request with a grammar speculates not"
+    finally:
+        sched.constraints.clear()
+
+
+# --- after the verify pass: the requests' state, the host's tokens, the draft's KV ------------------------------------
+
+@pytest.mark.stubs("Engine.complete_verify")
+def test_complete_verify_moves_each_request_on_by_its_kept_drafts_and_writes_its_new_token():
+    """Three rows of a verify batch: 2 drafts of which 0 kept, 3 of which all kept, none (a row that decoded). Each
+    request's KV now covers its last token and its kept drafts; its new token sits in the token pool right after."""
+    from minisgl.core import Batch
+
+    llm = make_llm(None)
+    engine = llm.engine
+    reqs = []
+    for row, (cached, drafts, left) in enumerate([(6, 2, 10), (9, 3, 4), (4, 0, 1)]):
+        req = Req(torch.arange(1, cached + 2, dtype=torch.int32), row, cached, left, row, greedy(left))
+        req.device_len += drafts  # the verify pass computed the last token and the drafts
+        reqs.append(req)
+    engine.token_pool[:3] = -1
+    batch = Batch(reqs, "verify")
+    engine.complete_verify(batch, [0, 3, 0], torch.tensor([501, 502, 503]))
+    for req, (cached, kept, token, decodes) in zip(reqs, [(7, 0, 501, True), (13, 3, 502, False), (5, 0, 503, False)]):
+        assert (req.cached_len, req.device_len) == (cached, cached + 1), \
+            f"row {req.table_idx} ({kept} drafts kept): cached_len {req.cached_len}, device_len {req.device_len}; " \
+            f"expected {cached} and {cached + 1}"
+        written = engine.token_pool[req.table_idx].tolist()
+        if decodes:
+            assert written[cached] == token and written.count(-1) == len(written) - 1, \
+                f"row {req.table_idx}: the new token {token} belongs at position {cached} only"
+        else:
+            assert written.count(-1) == len(written), \
+                f"row {req.table_idx} may not decode again (max_tokens reached): nothing to write, got a write"
+
+
+@pytest.mark.stubs("Scheduler.record_run")
+def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_request():
+    llm = make_llm(spec("ngram", 4))
+    sched = llm.scheduler
+    seen = []
+    sched.on_token = lambda req, token: seen.append((req.uid, token))
+    eos = llm.engine.model_config.eos_token_ids[0]
+    for uid, (params, run, finished, kept) in enumerate([
+            (SamplingParams(max_tokens=20), [7, 8, 9], False, [7, 8, 9]),  # nothing ends it
+            (SamplingParams(max_tokens=20), [7, eos, 9, 10], True, [7, eos]),  # a stop token inside the run
+            (SamplingParams(max_tokens=20, ignore_eos=True), [7, eos, 9], False, [7, eos, 9]),  # an ordinary token
+            (SamplingParams(max_tokens=2), [7, 8, 9], True, [7, 8])]):  # max_tokens inside the run
+        req = Req(torch.tensor([1, 2, 3], dtype=torch.int32), 0, 2, params.max_tokens, uid, params)
+        seen.clear()
+        got = sched.record_run(req, run, {})
+        assert got == finished, f"request {uid}, run {run}: finished {got}, expected {finished}"
+        assert req.output_ids == kept and seen == [(uid, t) for t in kept], \
+            f"request {uid}, run {run}: recorded {req.output_ids}, on_token saw {seen}; expected {kept}"
+
+
+@pytest.mark.stubs("DraftProposer.accepted")
+def test_the_draft_keeps_the_kv_of_the_accepted_drafts_it_fed_and_no_more():
+    llm = make_llm(spec("draft", 3))
+    proposer = llm.scheduler.proposer
+    req = Req(torch.arange(1, 11, dtype=torch.int32), 2, 9, 20, 7, greedy(20))
+    for n, want in [(0, 10), (1, 11), (2, 12), (3, 12)]:  # 10 tokens known, 3 drafts of which 2 were fed
+        proposer._proposed[7] = (2, 10, 12)
+        proposer.accepted(req, n)
+        assert proposer.kept[7] == (2, want), f"{n} of 3 drafts accepted: kept {proposer.kept[7]}, expected (2, {want})"
+        assert 7 not in proposer._proposed, "the proposal is used up"
+    proposer.release(req)
+    assert 7 not in proposer.kept
+
+
+# --- whole runs: greedy answers are HF's, token for token -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_answers(prompts):
+    """The same batch without speculation, pages of 1 and of 4 slots."""
+    return {ps: [o["token_ids"] for o in make_llm(None, ps).generate(prompts, greedy())] for ps in (1, 4)}
+
+
+@pytest.mark.stubs("ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.parametrize("method, k, overlap, page_size", [
+    ("ngram", 1, False, 1), ("ngram", 2, True, 4), ("ngram", 3, False, 4), ("ngram", 4, True, 1),
+    ("draft", 1, True, 4), ("draft", 2, False, 1), ("draft", 3, True, 1), ("draft", 4, False, 4)])
+def test_greedy_answers_equal_hf_and_the_answers_without_speculation(prompts, reference, plain_answers, method, k,
+                                                                     overlap, page_size):
+    llm = make_llm(spec(method, k), page_size, overlap)
+    got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
+    assert_same(got, reference, f"{method}, k={k}, against HF greedy")
+    assert_same(got, plain_answers[page_size], f"{method}, k={k}, against the engine without speculation")
+    stats = llm.scheduler.spec_stats
+    assert stats.verify_steps > 0 and stats.proposed > 0, f"nothing was speculated: {stats}"
+    assert "verify" in {phase for phase, _ in llm.scheduler.history}
+    assert_clean(llm)
+
+
+class ScriptedProposer(Proposer):
+    """Proposes each request's true continuation, spoiled at the positions `spoiled(uid, position)` picks: every
+    acceptance count from 0 to k happens, where a real proposer on a random model rarely gets one right."""
+
+    def __init__(self, truth: dict[int, list[int]], spoiled) -> None:
+        self.truth, self.spoiled = truth, spoiled
+        self.draft_probs = []
+        self.counts: list[int] = []
+
+    def propose(self, reqs, ks):
+        self.draft_probs = [None] * len(reqs)
+        out = []
+        for req, k in zip(reqs, ks):
+            start = len(req.input_ids)
+            seq = self.truth[req.uid]
+            out.append([(t + 1) % 1000 + 3 if self.spoiled(req.uid, start + j) else t
+                        for j, t in enumerate(seq[start:start + k])])
+        return out
+
+    def accepted(self, req, n):
+        self.counts.append(n)
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("page_size, overlap", [(1, False), (4, True)])
+def test_scripted_drafts_of_every_acceptance_count_keep_pages_exact_step_by_step(prompts, reference, page_size,
+                                                                                  overlap):
+    """Drafts right two times in three: runs of 0..4 accepted drafts, the bonus token after each; the pages are
+    accounted for after every step (a request holds the pages of exactly its cached positions)."""
+    k = 4
+    llm = make_llm(spec("ngram", k), page_size, overlap)
+    sched = llm.scheduler
+    truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
+    sched.proposer = scripted = ScriptedProposer(truth, lambda uid, pos: random.Random(uid * 1000 + pos).random() < 1 / 3)
+    for uid, p in enumerate(prompts):
+        sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
+    sched.run_until_idle(sched.check_integrity)
+    got = [sched.finished.pop(uid).output_ids for uid in range(len(prompts))]
+    assert_same(got, reference, "scripted drafts")
+    seen = collections.Counter(scripted.counts)
+    assert set(seen) == set(range(k + 1)), f"acceptance counts seen {dict(seen)}: the fixture should give all of 0..{k}"
+    assert sched.spec_stats.accepted == sum(scripted.counts), "the stats count what the proposer heard"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*RUN_STUBS, "DraftProposer.accepted")
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_there(prompts, reference, overlap):
+    """The target as its own draft: every draft is accepted, so runs go on past a stop token and up to max_tokens.
+    Each answer ends at its first stop token (or max_tokens), each token reaches on_token exactly once."""
+    llm = make_llm(spec("draft", 3, draft=NAME), page_size=4, overlap=overlap)
+    stop = reference[0][9]
+    assert stop not in reference[0][:9], "the fixture's stop token must first occur at output position 9"
+    llm.engine.model_config = dataclasses.replace(llm.engine.model_config, eos_token_ids=(stop,))
+    seen = collections.defaultdict(list)
+    llm.scheduler.on_token = lambda req, token: seen[req.uid].append(token)
+    max_tokens = [N, 2, 5, 11]
+    outs = [o["token_ids"] for o in llm.generate(prompts, [SamplingParams(max_tokens=m) for m in max_tokens])]
+    want = []
+    for ref, m in zip(reference, max_tokens):
+        cut = ref[:m]
+        want.append(cut[: cut.index(stop) + 1] if stop in cut else cut)
+    assert_same(outs, want, "a stop token (or max_tokens) inside an accepted run")
+    assert [seen[uid] for uid in range(len(prompts))] == want, "on_token must see each kept token once, in order"
+    stats = llm.scheduler.spec_stats
+    assert stats.proposed > 0 and stats.accepted == stats.proposed, f"a draft equal to the target: {stats}"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+def test_the_draft_model_proposes_its_own_greedy_continuation_at_every_step(prompts):
+    """What the draft proposes equals Hugging Face greedy on the draft model from the request's tokens: the draft
+    keeps only the KV of tokens the target accepted and computes the rest, whatever was accepted before."""
+    llm = make_llm(spec("draft", 3), page_size=1)
+    proposals = []
+    propose = llm.scheduler.proposer.propose
+
+    def recording(reqs, ks):
+        drafts = propose(reqs, ks)
+        proposals.extend((r.input_ids.tolist(), d) for r, d in zip(reqs, drafts) if d)
+        return drafts
+
+    llm.scheduler.proposer.propose = recording
+    llm.generate(prompts[:2], greedy(16))
+    assert llm.scheduler.spec_stats.accepted > 0, "the fixture needs some accepted drafts"
+    for step, (tokens, drafts) in enumerate(proposals[::3]):
+        want = hf_greedy(DRAFT, tokens, len(drafts))
+        assert drafts == want, (f"proposal {3 * step} after {len(tokens)} tokens: the draft proposed {drafts}, its "
+                                f"greedy continuation is {want}")
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+def test_rows_that_cannot_speculate_decode_in_the_verify_pass_as_without_speculation(prompts, reference):
+    """A greedy row speculates; rows with log-probabilities, a repetition penalty, logit_bias, a seeded sample and
+    a seeded min_p sample decode one token each in the same verify passes, sampled as without speculation."""
+    params = [greedy(), greedy(logprobs=True, top_logprobs=2), greedy(repetition_penalty=1.3),
+              greedy(logit_bias={reference[3][0]: -5.0}), greedy(temperature=0.9, seed=5),
+              greedy(temperature=1.1, min_p=0.05, seed=6)]
+    batch = [prompts[i % len(prompts)] for i in range(len(params))]
+    runs = {}
+    for name, s in (("plain", None), ("spec", spec("draft", 3, draft=NAME))):
+        llm = make_llm(s)
+        rows_in_verify = set()
+        llm.scheduler.on_batch = lambda b: rows_in_verify.update(r.uid for r in b.reqs) if b.is_verify else None
+        runs[name] = llm.generate(batch, params)
+        assert_clean(llm)
+    assert rows_in_verify == set(range(len(params))), f"rows in verify passes: {sorted(rows_in_verify)}"
+    assert runs["spec"][0]["token_ids"] == reference[0], "the speculating row differs from HF greedy"
+    for i in range(1, len(params)):
+        assert_same([runs["spec"][i]["token_ids"]], [runs["plain"][i]["token_ids"]], f"row {i} ({params[i]})")
+    assert_close(torch.tensor(runs["spec"][1]["logprobs"]), torch.tensor(runs["plain"][1]["logprobs"]), 1e-5,
+                 "log-probabilities of a row beside speculating ones")
+
+
+@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+def test_chunked_prefill_mixed_batches_and_a_radix_hit(prompts, reference):
+    """Prompts prefilled in chunks of 8 tokens, running requests decoding inside the prefill chunks (mixed batches,
+    which never speculate) and speculating once no prompt waits; then the same prompts again, found in the radix
+    cache. Both runs are HF greedy."""
+    llm = make_llm(spec("draft", 2, draft=NAME), page_size=4, max_extend_tokens=8, enable_mixed_chunk=True,
+                   max_running_reqs=4)
+    computed = []
+    llm.scheduler.on_batch = lambda b: computed.append(sum(r.extend_len for r in b.prefill_reqs))
+    staggered = [greedy(6 + 6 * i) for i in range(len(prompts))]
+    first = [o["token_ids"] for o in llm.generate(prompts, staggered)]
+    assert_same(first, [r[:6 + 6 * i] for i, r in enumerate(reference)], "chunked, mixed and speculating")
+    phases = collections.Counter(phase for phase, _ in llm.scheduler.history)
+    assert phases["mixed"] and phases["verify"], f"batches by phase: {dict(phases)}"
+    assert all(c <= 8 for c in computed), f"a prefill computed more than the budget: {computed}"
+    computed.clear()
+    again = [o["token_ids"] for o in llm.generate(prompts, greedy())]
+    assert_same(again, reference, "the same prompts again")
+    assert sum(computed) < sum(len(p) for p in prompts) // 2, \
+        f"the second run computed {sum(computed)} prompt tokens: the prompts were not found in the radix cache"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+def test_optimistic_admission_retracts_and_drafts_take_only_pages_that_exist(prompts, reference):
+    """A pool too small for every answer at once, optimistic admission: requests are retracted and recomputed, and
+    drafts that find no page left are dropped for the step. The answers stay HF greedy."""
+    from minisgl.scheduler.retract import NewTokenRatio
+
+    llm = make_llm(spec("draft", 4, draft=NAME), page_size=4, num_pages=26, admission="optimistic",
+                   new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
+    fit, dropped = llm.scheduler._fit_drafts, []
+
+    def counting(reqs, drafts):
+        fitted = fit(reqs, drafts)
+        dropped.extend(r.uid for r, d, f in zip(reqs, drafts, fitted) if d and not f)
+        return fitted
+
+    llm.scheduler._fit_drafts = counting
+    got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
+    assert_same(got, reference, "optimistic admission on a tight pool")
+    assert llm.scheduler.num_retractions > 0, "the pool should have been too small without retracting"
+    assert dropped, "no row's drafts were dropped for lack of pages: the fixture lost its point"
+    assert llm.scheduler.spec_stats.verify_steps > 0
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
+    llm = make_llm(spec("draft", 3), page_size=4, overlap=overlap)
+    sched = llm.scheduler
+    for uid in (0, 1):
+        sched.add_request(PendingReq(uid, torch.tensor(prompts[uid], dtype=torch.int32), greedy()))
+    last = None
+    while sched.spec_stats.verify_steps < 3:
+        last = sched.overlap_step(last) if overlap else sched.step()
+    assert sched.abort_request(0), "request 0 was running"
+    assert 0 not in sched.proposer.kept, "the draft keeps nothing for an aborted request"
+    sched.check_integrity()
+    if overlap:
+        while last is not None or not sched.idle:
+            last = sched.overlap_step(last)
+    else:
+        sched.run_until_idle()
+    assert 0 not in sched.finished and sched.finished.pop(1).output_ids == reference[1]
+    assert not sched.proposer.kept, "finished requests leave nothing in the draft"
+    assert_clean(llm)
+
+
+# --- sampled answers: the model's distribution ------------------------------------------------------------------
+
+def sampled_prompt(method: str) -> list[int]:
+    """TEXTS[1]; for n-gram lookup followed by 150 distinct tokens that include each of the 3 most likely first
+    tokens, so that lookup finds every first token earlier in the prompt and proposes what followed it there."""
+    text = tokenizer(NAME).encode(TEXTS[1])
+    if method == "draft":
+        return text
+    return text + (torch.randperm(1021, generator=torch.Generator().manual_seed(48))[:150] + 3).tolist()
+
+
+TEMPERATURE, TOP_K = 2.0, 3
+
+
+def exact_joint(prompt: list[int]) -> dict[tuple[int, int], float]:
+    """P(first two tokens) at TEMPERATURE and TOP_K, from Hugging Face's logits in float64."""
+    def top(logits: torch.Tensor) -> dict[int, float]:
+        probs = (logits.double() / TEMPERATURE).softmax(-1).topk(TOP_K)
+        return dict(zip(probs.indices.tolist(), (probs.values / probs.values.sum()).tolist()))
+
+    def compute():
+        with torch.inference_mode():
+            first = top(hf_model(NAME)(torch.tensor([prompt])).logits[0, -1])
+            joint = []
+            for t1, p1 in first.items():
+                second = top(hf_model(NAME)(torch.tensor([prompt + [t1]])).logits[0, -1])
+                joint += [[t1, t2, p1 * p2] for t2, p2 in second.items()]
+        return joint
+
+    return {(a, b): p for a, b, p in hf_cached(NAME, ["joint-2", list(prompt), TEMPERATURE, TOP_K], compute)}
+
+
+@pytest.mark.stubs("accept_rejection", "ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_tokens(method):
+    """1,200 samples of one prompt (temperature 2, top-k 3, 3 tokens each): token 1 comes from the prefill, token 2
+    from a verify step that checks one draft (n-gram: what followed token 1 in the prompt; draft: a draw from the
+    draft model's q). The frequencies of (token 1, token 2) match the exact joint from HF's logits (chi-square)."""
+    prompt = sampled_prompt(method)
+    joint = exact_joint(prompt)
+    firsts = {a for a, _ in joint}
+    assert method != "ngram" or firsts <= set(prompt), \
+        f"the fixture needs every likely first token {sorted(firsts)} inside the prompt"
+    llm = LLM(model_path(NAME), max_running_reqs=64, max_seq_len=192, num_pages=16000, overlap=False,
+              speculative=spec(method, 2))
+    samples = 1200
+    outs = llm.generate([prompt] * samples, SamplingParams(temperature=TEMPERATURE, top_k=TOP_K, max_tokens=3,
+                                                           ignore_eos=True))
+    stats = llm.scheduler.spec_stats
+    assert stats.proposed >= 0.9 * samples, f"most requests should check a draft for token 2: {stats}"
+    cells = sorted(joint)
+    pairs = collections.Counter((o["token_ids"][0], o["token_ids"][1]) for o in outs)
+    outside = {pair: c for pair, c in pairs.items() if pair not in joint}
+    assert not outside, f"pairs outside the top-{TOP_K} supports: {outside}"
+    counts = torch.tensor([pairs[c] for c in cells])
+    pvalue = chi_square_pvalue(counts, torch.tensor([joint[c] for c in cells], dtype=torch.float64), method)
+    assert pvalue > 1e-3, (f"{method}: (token 1, token 2) frequencies {dict(zip(cells, (counts / samples).tolist()))} "
+                           f"against the exact joint {joint} (chi-square p-value {pvalue:.1e}; {stats})")
+    assert_clean(llm)
+
+
+# --- bad input --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(method="eagle"), "SpecConfig.method must be one of ngram, draft, got 'eagle'"),
+    (dict(num_tokens=0), "SpecConfig.num_tokens must be an integer >= 1, got 0"),
+    (dict(num_tokens=True), "SpecConfig.num_tokens must be an integer >= 1"),
+    (dict(min_n=0), "SpecConfig.min_n must be an integer >= 1"),
+    (dict(min_n=3, max_n=2), r"SpecConfig.max_n \(2\) must be >= SpecConfig.min_n \(3\)"),
+    (dict(method="draft"), "SpecConfig.draft_model_path is needed for method 'draft'"),
+    (dict(method="draft", draft_model_path="/no/such/model"), "is not a model folder"),
+    (dict(draft_model_path="models/x"), "SpecConfig.draft_model_path is only for method 'draft'"),
+])
+def test_a_bad_spec_config_is_a_value_error_naming_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SpecConfig(**kwargs)
+
+
+def test_bad_speculative_settings_are_refused_before_an_engine_is_built(monkeypatch):
+    import minisgl.llm.llm as llm_module
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine was built before the settings were checked")
+
+    monkeypatch.setattr(llm_module, "Engine", no_engine)
+    with pytest.raises(ValueError, match="speculative must be a SpecConfig or None, got dict"):
+        LLM(model_path(NAME), speculative={"method": "ngram"})
+    with pytest.raises(ValueError, match="with a draft model runs with tp_size 1 only"):
+        LLM(model_path(NAME), tp_size=2, speculative=spec("draft", 2))
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused_naming_both():
+    draft, target = model_path("smollm2"), model_path(NAME)
+    with pytest.raises(ValueError, match="vocabulary") as refused:
+        make_llm(SpecConfig("draft", 2, draft_model_path=draft))
+    assert str(draft) in str(refused.value) and str(target) in str(refused.value), str(refused.value)
+    assert "49152" in str(refused.value) and "1024" in str(refused.value), str(refused.value)
+
+
+def test_a_draft_whose_kv_regions_do_not_fit_is_refused():
+    """16 rows x 512 positions x 512 bytes per token (one layer, 2 KV heads of 32 float32 values, keys and values)
+    is 4 MiB: more than cpu_kv_cache_mb=1."""
+    with pytest.raises(ValueError, match=r"the draft model's KV regions need 4 MiB \(max_running_reqs 16 x "
+                                         r"max_seq_len 512 tokens\), more than the 1 MiB of cpu_kv_cache_mb"):
+        make_llm(spec("draft", 2), max_running_reqs=16, max_seq_len=512, cpu_kv_cache_mb=1)
+
+
+# --- the server -------------------------------------------------------------------------------------------------
+
+@pytest.mark.stubs("Scheduler.record_run", "Engine.complete_verify", "accept_greedy", "CacheManager.free_rejected",
+                   "Scheduler.draft_lengths")
+def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last_finished(prompts, reference):
+    """SchedulerIO with the target as its own draft (every draft accepted, several tokens a step): one message per
+    token, in order, and only the request's very last one marked finished."""
+    from minisgl.engine import Engine, EngineConfig
+    from minisgl.message import DetokenizeMsg, UserMsg
+    from minisgl.scheduler.io import SchedulerIO
+    from minisgl.scheduler.scheduler import Scheduler
+
+    class Queue:
+        def __init__(self):
+            self.items, self.sent = [], []
+
+        def get(self, timeout=None):
+            return self.items.pop(0) if self.items else None
+
+        def put(self, msg):
+            self.sent.extend(getattr(msg, "data", [msg]))
+
+    engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=4, max_seq_len=256, num_pages=1024))
+    sched = Scheduler(engine, overlap=True, speculative=spec("draft", 3, draft=NAME))
+    inbox, outbox = Queue(), Queue()
+    io = SchedulerIO(sched, inbox, outbox)
+    inbox.items += [UserMsg(uid, torch.tensor(p, dtype=torch.int32), greedy(7 + 5 * uid))
+                    for uid, p in enumerate(prompts[:3])]
+    io.run_forever(alive=lambda: False)
+    for uid in range(3):
+        msgs = [m for m in outbox.sent if isinstance(m, DetokenizeMsg) and m.uid == uid]
+        assert [m.next_token for m in msgs] == reference[uid][:7 + 5 * uid], f"request {uid}: tokens sent"
+        assert [m.finished for m in msgs] == [False] * (len(msgs) - 1) + [True], \
+            f"request {uid}: finished flags {[m.finished for m in msgs]}"
+    assert sched.spec_stats.accepted > 0
+    assert io.status()["draft_tokens_accepted"] == sched.spec_stats.accepted
+    assert_clean(sched)
+
+
+@pytest.mark.stubs("ngram_lookup", "Scheduler.record_run", "Engine.complete_verify", "accept_greedy",
+                   "CacheManager.free_rejected", "Scheduler.draft_lengths")
+def test_a_server_with_ngram_speculation_answers_as_without(prompts, reference):
+    import httpx
+
+    from minisgl.server.local import LocalServer
+
+    ngram_lookup([1, 2, 1], 1, 1, 1)  # on the skeleton, the stub fails here, in this process, not in the server's
+    flags = ("--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", "3", "--max-running-reqs", "4",
+             "--max-seq-len", "256", "--cpu-kv-cache-mb", "16")
+    with LocalServer(model_path(NAME), *flags, echo=False) as server:
+        for i in (0, 1):
+            r = httpx.post(server.url + "/v1/completions", timeout=120, json={
+                "model": NAME, "prompt": prompts[i], "max_tokens": N, "temperature": 0, "ignore_eos": True})
+            assert r.status_code == 200, r.text
+            text = r.json()["choices"][0]["text"]
+            assert text == tokenizer(NAME).decode(reference[i]), f"prompt {i}: {text!r}"
+            assert r.json()["usage"]["completion_tokens"] == N
+        health = httpx.get(server.url + "/health", timeout=30).json()
+    assert health["verify_steps"] > 0 and health["draft_tokens_proposed"] > 0, f"the server speculated not: {health}"
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--speculative-num-draft-tokens", "3"], "--speculative-num-draft-tokens needs --speculative-algorithm"),
+    (["--speculative-algorithm", "draft"], "--speculative-draft-model-path is needed for --speculative-algorithm "
+                                           "'draft'"),
+    (["--speculative-algorithm", "ngram", "--speculative-draft-model-path", "models/x"],
+     "--speculative-draft-model-path is only for --speculative-algorithm 'draft'"),
+    (["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "0"],
+     "--speculative-num-draft-tokens must be an integer >= 1, got 0"),
+    (["--speculative-algorithm", "eagle"], "invalid choice: 'eagle'"),
+])
+def test_bad_speculative_flags_stop_the_server_at_start_up(capsys, argv, match):
+    from minisgl.server.args import parse_args
+
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(["--model", str(model_path(NAME)), *argv])
+    assert stopped.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_the_speculative_flags_reach_the_scheduler():
+    from minisgl.server.args import parse_args
+
+    args = parse_args(["--model", "m", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
+                       "--speculative-ngram-max-match-window-size", "4"])
+    assert args.scheduler_args["speculative"] == SpecConfig("ngram", 5, max_n=4)
+    assert "speculative" not in parse_args(["--model", "m"]).scheduler_args, "speculation is off by default"
+
+
+# --- the GPU ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.stubs("ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_speculation_on_the_gpu_with_cuda_graphs(prompts, reference, overlap):
+    """CUDA, float32, CUDA graphs up to batch 8, overlap on and off: both proposers give HF greedy answers; decode
+    steps (a batch without drafts) replay graphs, verify passes run eagerly."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    for method in ("ngram", "draft"):
+        llm = LLM(model_path(NAME), device="cuda", dtype="float32", max_running_reqs=8, max_seq_len=256,
+                  num_pages=1024, overlap=overlap, cuda_graph_max_bs=8, speculative=spec(method, 3))
+        replays = []
+        replay = llm.engine.graph_runner.replay
+        llm.engine.graph_runner.replay = lambda batch: replays.append(batch.phase) or replay(batch)
+        got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
+        assert_same(got, reference, f"{method} on the GPU")
+        phases = collections.Counter(phase for phase, _ in llm.scheduler.history)
+        assert phases["verify"] > 0, f"{method}: batches by phase {dict(phases)}"
+        assert set(replays) <= {"decode"} and len(replays) == phases["decode"], \
+            f"{method}: graphs replayed for {collections.Counter(replays)}, decode batches {phases['decode']}"
+        assert_clean(llm)
