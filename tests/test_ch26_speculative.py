@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers import TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
-from minisgl.core import Req, SamplingParams
+from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler.utils import PendingReq
 from minisgl.spec import Proposer, SpecConfig, accept_greedy, accept_rejection, ngram_lookup
@@ -382,6 +382,38 @@ def test_scripted_drafts_of_every_acceptance_count_keep_pages_exact_step_by_step
     assert_clean(llm)
 
 
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_verify_graphs_pad_rows_and_batches_and_leave_the_answers_unchanged(prompts, reference, page_size):
+    """Graphs for verify steps (replayed eagerly on the CPU, on the same static buffers as on a GPU): rows of 0..k
+    drafts padded to k + 1 tokens, three requests padded to a captured size of 4. The answers are HF's, the pages
+    exact after every step; a row with no room left in its page-table row for k + 1 positions is not replayed."""
+    k = 4
+    llm = make_llm(spec("ngram", k), page_size, cuda_graph_max_bs=4)
+    graphs = llm.engine.verify_graphs
+    assert graphs is not None and graphs.sizes == [1, 2, 4], "verify graphs captured for the decode graphs' sizes"
+    sched = llm.scheduler
+    truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
+    sched.proposer = ScriptedProposer(truth, lambda uid, pos: random.Random(uid * 1000 + pos).random() < 1 / 3)
+    replayed = []
+    replay = graphs.replay
+    graphs.replay = lambda batch: replayed.append(batch.size) or replay(batch)
+    for uid, p in enumerate(prompts[:3]):
+        sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
+    sched.run_until_idle(sched.check_integrity)
+    got = [sched.finished.pop(uid).output_ids for uid in range(3)]
+    assert_same(got, reference[:3], f"verify graphs, pages of {page_size}")
+    verify = sum(phase == "verify" for phase, _ in sched.history)
+    assert 3 in replayed, f"a batch of 3 rows should replay the graph of 4: replayed sizes {replayed}"
+    assert len(replayed) == verify, f"{len(replayed)} verify graph replays for {verify} verify steps"
+    assert_clean(llm)
+    row_width = llm.engine.page_table.shape[1]
+    edge = [Req(torch.zeros(cached + 1, dtype=torch.int32), 0, cached, 1, 0, greedy())
+            for cached in (row_width - k - 1, row_width - k)]
+    assert graphs.can_use(Batch(edge[:1], "verify")), "k + 1 positions that end at the row's end fit"
+    assert not graphs.can_use(Batch(edge[1:], "verify")), "k + 1 positions past the row's end must run eagerly"
+
+
 @pytest.mark.stubs(*RUN_STUBS, "DraftProposer.accepted")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_there(prompts, reference, overlap):
@@ -725,19 +757,64 @@ def test_the_speculative_flags_reach_the_scheduler():
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_speculation_on_the_gpu_with_cuda_graphs(prompts, reference, overlap):
     """CUDA, float32, CUDA graphs up to batch 8, overlap on and off: both proposers give HF greedy answers; decode
-    steps (a batch without drafts) replay graphs, verify passes run eagerly."""
+    steps (a batch without drafts) and verify steps replay graphs of their own."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     for method in ("ngram", "draft"):
         llm = LLM(model_path(NAME), device="cuda", dtype="float32", max_running_reqs=8, max_seq_len=256,
                   num_pages=1024, overlap=overlap, cuda_graph_max_bs=8, speculative=spec(method, 3))
         replays = []
-        replay = llm.engine.graph_runner.replay
-        llm.engine.graph_runner.replay = lambda batch: replays.append(batch.phase) or replay(batch)
+        for runner in (llm.engine.graph_runner, llm.engine.verify_graphs):
+            replay = runner.replay
+            runner.replay = lambda batch, replay=replay: replays.append(batch.phase) or replay(batch)
         got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
         assert_same(got, reference, f"{method} on the GPU")
         phases = collections.Counter(phase for phase, _ in llm.scheduler.history)
         assert phases["verify"] > 0, f"{method}: batches by phase {dict(phases)}"
-        assert set(replays) <= {"decode"} and len(replays) == phases["decode"], \
-            f"{method}: graphs replayed for {collections.Counter(replays)}, decode batches {phases['decode']}"
+        replayed = collections.Counter(replays)
+        assert replayed["decode"] == phases["decode"] and replayed["verify"] == phases["verify"], \
+            f"{method}: graphs replayed for {dict(replayed)}, batches {dict(phases)}"
         assert_clean(llm)
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("backend, page_size", [("hybrid", 256), ("triton", 1)])
+def test_a_replayed_verify_graph_gives_the_eager_passs_logits(prompts, reference, backend, page_size):
+    """bfloat16 on the GPU: one verify step of rows with 3, 0, 2 and 1 drafts, replayed from its graph and run eagerly
+    on the same prepared batch, gives the same logits (within bfloat16's rounding); flash-attn's prefill kernel lines
+    its queries up with the last keys, so this fails if a padded row's length is not padded too. The step is then
+    undone (its pages given back) and the requests finish clean."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if backend == "hybrid":
+        pytest.importorskip("flash_attn")
+    k = 3
+    llm = LLM(model_path(NAME), device="cuda", dtype="bfloat16", max_running_reqs=8, max_seq_len=512,
+              num_pages=4096 // page_size, page_size=page_size, attention_backend=backend, cuda_graph_max_bs=8,
+              overlap=False, speculative=spec("ngram", k))
+    sched, engine = llm.scheduler, llm.engine
+    truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
+    lengths = iter([3, 0, 2, 1] * 1000)
+    sched.proposer = ScriptedProposer(truth, lambda uid, pos: False)
+    propose = sched.proposer.propose
+    sched.proposer.propose = lambda reqs, ks: [d[:next(lengths)] for d in propose(reqs, ks)]
+    for uid, p in enumerate(prompts):
+        sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
+    while sched.prefill_manager.pending:
+        sched.step()
+    batch = sched._speculate(sched.decode_manager.schedule_next_batch())
+    assert batch is not None and batch.is_verify, "the scripted drafts make a verify batch"
+    ends = [r.device_len for r in batch.reqs]
+    sched.prepare_batch(batch)
+    assert engine.verify_graphs.can_use(batch)
+    graph = engine.forward_logits(batch).float()
+    saved, engine.verify_graphs = engine.verify_graphs, None
+    eager = engine.forward_logits(batch).float()
+    engine.verify_graphs = saved
+    assert_close(graph, eager, 2e-2, f"{backend}: verify logits, replayed against eager", row="token")
+    sched.cache_manager.release_paged(batch.reqs, ends)
+    for req in batch.reqs:
+        req.device_len = req.cached_len + 1
+    sched.run_until_idle()
+    assert_clean(llm)

@@ -40,8 +40,9 @@ drafts, with logits at every position. A greedy row keeps the drafts that equal 
 row those that rejection sampling accepts; either way it gains the kept drafts and one token of the model's own,
 1 to k + 1 tokens for one forward pass of the model. The pages of rejected drafts go back at once. Rows that cannot
 speculate (a grammar, log-probabilities, logit processors, min_p, a seeded sample) or found no draft decode one
-token in the same pass, sampled as ever; a step where no row has a draft is an ordinary decode step (CUDA graphs
-replay as before). Prefill and mixed batches never speculate. The drafts of step t+1 are guessed from the tokens
+token in the same pass, sampled as ever; a step where no row has a draft is an ordinary decode step. With CUDA
+graphs both kinds of step replay a graph: verify steps their own, each row padded to k + 1 tokens (the engine
+captures them when the scheduler is made). Prefill and mixed batches never speculate. The drafts of step t+1 are guessed from the tokens
 step t produced, and a verify pass waits for its accepted counts (the requests' lengths depend on them), so while
 speculating, overlap scheduling processes each step's results before it schedules the next: the CPU work of a step
 no longer hides behind the device's, the price of doing several tokens' work in one pass.
@@ -163,6 +164,8 @@ class Scheduler:
         # Chapter 26: the proposer of draft tokens (None: no speculation) and what speculation did so far.
         self.speculative = speculative
         self.proposer: Proposer | None = make_proposer(speculative, engine) if speculative is not None else None
+        if speculative is not None:
+            engine.capture_verify_graphs(speculative.num_tokens)
         self.spec_stats = SpecStats()
         # On a GPU the loop's device work goes to one stream of its own, in order: admission writes, forward
         # passes, and the copies of sampled tokens to the CPU, which the CPU waits for only when it needs them.

@@ -57,11 +57,12 @@ class DraftProposer(Proposer):
         check_draft_model(config.draft_model_path, target)
         tc = target.config
         rows = tc.max_running_reqs
-        # Same device, dtype and rows as the target; pages of one slot (the regions are static: no page to share);
-        # no CUDA graphs (its decode steps run eagerly); an attention backend that takes such pages.
+        # Same device, dtype, rows and CUDA graphs (for its decode steps) as the target; pages of one slot (the
+        # regions are static: no page to share); an attention backend that takes such pages.
         self.engine = Engine(EngineConfig(
             config.draft_model_path, device=tc.device, dtype=tc.dtype, max_running_reqs=rows,
-            max_seq_len=target.max_seq_len, page_size=1, num_pages=rows * target.max_seq_len, cuda_graph_max_bs=0,
+            max_seq_len=target.max_seq_len, page_size=1, num_pages=rows * target.max_seq_len,
+            cuda_graph_max_bs=tc.cuda_graph_max_bs,
             attention_backend=tc.attention_backend if tc.attention_backend in ("torch", "triton") else "auto",
             seed=tc.seed))
         if self.engine.max_seq_len < target.max_seq_len:

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from minisgl.core import Req
 from minisgl.spec.config import SpecConfig
 from minisgl.spec.proposer import Proposer
 
 
-def ngram_lookup(tokens: Sequence[int], k: int, min_n: int, max_n: int) -> list[int]:
+def ngram_lookup(tokens: Sequence[int] | np.ndarray, k: int, min_n: int, max_n: int) -> list[int]:
     """Up to k tokens that followed the latest earlier occurrence of the last n tokens, for the largest n in
     [min_n, max_n] that has one; [] when none does."""
     # TODO(ch26): for n from max_n down to min_n (an n of len(tokens) or more has no earlier occurrence): the
     # pattern is the last n tokens; find its latest occurrence that ends before the last token (never the suffix
-    # matching itself) and return the (up to) k tokens that follow that occurrence. [] if no n finds one.
+    # matching itself) and return the (up to) k tokens that follow that occurrence, as a list of ints. [] if no n
+    # finds one. `tokens` may be a list or a numpy array (the proposer passes the request's ids as one: compare
+    # slices of a list, not of an array, whose == is elementwise).
     raise NotImplementedError("TODO(ch26): ngram_lookup")
 
 
@@ -34,5 +38,5 @@ class NgramProposer(Proposer):
 
     def propose(self, reqs: Sequence[Req], ks: Sequence[int]) -> list[list[int]]:
         self.draft_probs = [None] * len(reqs)
-        return [ngram_lookup(req.input_ids.tolist(), k, self.min_n, self.max_n) if k > 0 else []
+        return [ngram_lookup(req.input_ids.numpy(), k, self.min_n, self.max_n) if k > 0 else []
                 for req, k in zip(reqs, ks)]

@@ -4,24 +4,28 @@ The engine owns tensors (weights, the KV pool, the page table and token pool, th
 sampler, the graph runner) and runs a batch the scheduler prepared. From chapter 18 on, decode batches
 replay CUDA graphs (engine/graph.py) when cuda_graph_max_bs allows.
 
-Chapter 26 (speculative decoding) adds verify batches: forward_verify runs one eagerly (a verify row computes
-its last token and its drafts: not the one-token shape the graphs were captured for) and returns the logits of
-every position; the scheduler decides what was accepted and complete_verify moves the requests on by that much.
+Chapter 26 (speculative decoding) adds verify batches: forward_verify runs one (a verify row computes its last
+token and its drafts) and returns the logits of every position; the scheduler decides what was accepted and
+complete_verify moves the requests on by that much. With CUDA graphs, verify batches replay graphs of their own
+(engine/verify_graph.py), captured once the scheduler says how many drafts a row takes (capture_verify_graphs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import numpy as np
 import torch
 
 from minisgl.attention import create_attention_backend
+from minisgl.attention.torch_backend import TorchAttnBackend
 from minisgl.attention.utils import ints_to_device
 from minisgl.core import Batch, Context, SamplingParams
 from minisgl.distributed import get_tp_info, min_across_ranks, split_heads
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.graph import GraphRunner, capture_sizes
+from minisgl.engine.verify_graph import VerifyGraphRunner
 from minisgl.engine.sample import BatchSamplingArgs, Sampler, gather_logprobs
 from minisgl.env import ENV
 from minisgl.kvcache.mha_pool import MHAKVCache
@@ -61,6 +65,7 @@ class Engine:
         self.ctx.page_table = self.page_table
         self.sampler = Sampler(self.device, config.seed)
         self.graph_runner = None
+        self.verify_graphs: VerifyGraphRunner | None = None  # chapter 26: made by capture_verify_graphs
         if config.cuda_graph_max_bs:
             padding_slots = self.num_pages * config.page_size + torch.arange(row_width) % config.page_size
             self.page_table[self.padding_row] = padding_slots.to(self.device)
@@ -134,6 +139,8 @@ class Engine:
         eager pass. One row per request, or (a verify batch, chapter 26) one row per new token."""
         if self.graph_runner is not None and self.graph_runner.can_use(batch):
             return self.graph_runner.replay(batch)
+        if self.verify_graphs is not None and self.verify_graphs.can_use(batch):
+            return self.verify_graphs.replay(batch)
         self.attn_backend.prepare_metadata(batch)
         with self.ctx.forward_batch(batch):
             return self.model.forward()
@@ -155,6 +162,13 @@ class Engine:
             req.complete_one()
         return next_tokens
 
+    def capture_verify_graphs(self, k: int) -> None:
+        """Chapter 26: capture verify graphs for rows of up to k drafts, beside the decode graphs (none without them).
+        The torch backend is not captured on CUDA (it reads lengths on the host); its verify steps stay eager."""
+        if self.graph_runner is None or (self.device.type == "cuda" and isinstance(self.attn_backend, TorchAttnBackend)):
+            return
+        self.verify_graphs = VerifyGraphRunner(self.graph_runner, k, self.page_table.shape[1])
+
     @torch.inference_mode()
     def forward_verify(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Chapter 26: run a prepared verify batch. Returns the logits of every new token [tokens, vocab] and, per
@@ -162,7 +176,7 @@ class Engine:
         drafts (its logit processors, grammar mask and log-probabilities apply as in a decode step). No request
         changes: complete_verify does that once the accepted drafts are known."""
         logits = self.forward_logits(batch)
-        last = batch.attn_metadata.cu_seqlens_q[1:].long() - 1
+        last = ints_to_device([n - 1 for n in accumulate(r.extend_len for r in batch.reqs)], np.int64, self.device)
         # Every row is sampled, and rows with drafts ignore theirs: one sampler call for the whole batch keeps each
         # row's processors and grammar-mask rows where they are (batch rows), cheaper than a sub-batch of its own.
         return logits, self._sample(logits[last], batch)

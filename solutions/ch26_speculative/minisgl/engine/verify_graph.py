@@ -1,0 +1,117 @@
+"""CUDA graphs for verify steps (chapter 26): one captured pass per batch size, every row k + 1 tokens wide.
+
+Run eagerly, a verify step costs what the host needs to launch its kernels one by one: on a GPU several times a
+replayed decode step, more than speculation can win back at any acceptance rate. A graph needs fixed shapes, so
+here every row of a verify batch is k + 1 tokens wide (its last token and k drafts). A row with fewer drafts, or
+none, is padded with tokens whose keys and values go to the padding slot, and the batch is padded to a captured
+size with rows of the padding row, as chapter 18 pads a decode batch.
+
+Attention stays exact for every real token. Each row attends as if all k + 1 positions were its own (seq_len =
+cached_len + k + 1), so that a kernel which lines the queries up with the last keys (flash-attn's causal rule)
+puts query j at position cached_len + j, as the kernels that mask by position do; a real query then sees keys up to
+its own position only, all of them real. A padded query reads whatever the page table holds past the row's pages,
+and its output is never used.
+"""
+
+from __future__ import annotations
+
+import bisect
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from minisgl.attention.utils import ints_to_device
+from minisgl.core import Batch
+from minisgl.engine.graph import GraphRunner
+
+VERIFY_GRAPH_MAX_BS = 64  # speculation pays at small batches (chapter 26 measures where it stops), and every
+# captured size keeps its own logits, [size x (k + 1), vocab]: larger sizes would cost memory for nothing
+
+
+@dataclass
+class VerifyRow:
+    """What the attention metadata reads of a row (make_metadata): its page-table row and the span it computes."""
+
+    table_idx: int
+    cached_len: int
+    device_len: int
+
+    @property
+    def extend_len(self) -> int:
+        return self.device_len - self.cached_len
+
+
+class VerifyGraphRunner(GraphRunner):
+    """Verify batches of up to VERIFY_GRAPH_MAX_BS rows, each row's last token and up to k drafts, replayed from
+    graphs captured beside the decode graphs of `decode` (same model, backend, padding row and memory pool)."""
+
+    def __init__(self, decode: GraphRunner, k: int, row_width: int) -> None:
+        self.model, self.ctx, self.attn_backend = decode.model, decode.ctx, decode.attn_backend
+        self.device, self.pool, self.stream = decode.device, decode.pool, decode.stream
+        self.width = k + 1
+        self.row_width = row_width
+        self.sizes = [s for s in decode.sizes if s <= VERIFY_GRAPH_MAX_BS] or decode.sizes[:1]
+        self.max_bs = self.sizes[-1]
+        self.padding_row, self.padding_slot = decode.padding_req.table_idx, decode.padding_slot
+        tokens = self.max_bs * self.width
+        self.input_ids = torch.zeros(tokens, dtype=torch.int32, device=self.device)
+        self.positions = torch.zeros(tokens, dtype=torch.int64, device=self.device)
+        self.out_loc = torch.full((tokens,), self.padding_slot, dtype=torch.int32, device=self.device)
+        # Static metadata of its own (the decode graphs keep theirs): sized by rows that attend to whole rows.
+        full = Batch([VerifyRow(self.padding_row, row_width - self.width, row_width)] * self.max_bs, "verify")
+        self.attn_backend.prepare_metadata(full)
+        self.metadata = full.attn_metadata
+        self.graphs = {}
+        with torch.inference_mode():
+            self.capture()
+
+    @contextmanager
+    def _own_metadata(self) -> Iterator[None]:
+        """The backend's static metadata is the decode graphs'; while capturing or replaying a verify graph it is
+        this runner's."""
+        saved, self.attn_backend.graph_metadata = self.attn_backend.graph_metadata, self.metadata
+        try:
+            yield
+        finally:
+            self.attn_backend.graph_metadata = saved
+
+    def capture(self) -> None:
+        with self._own_metadata():
+            super().capture()
+
+    def static_batch(self, size: int) -> Batch:
+        """A verify batch of `size` padding rows, k + 1 tokens each, whose tensors are views of the static buffers."""
+        batch = Batch([VerifyRow(self.padding_row, 0, self.width)] * size, "verify")
+        n = size * self.width
+        batch.input_ids, batch.positions, batch.out_loc = self.input_ids[:n], self.positions[:n], self.out_loc[:n]
+        self.attn_backend.prepare_for_capture(batch)
+        return batch
+
+    def can_use(self, batch: Batch) -> bool:
+        """A verify batch that fits a captured size, with room in every page-table row for k + 1 positions."""
+        return (batch.is_verify and batch.size <= self.max_bs
+                and all(r.cached_len + self.width <= self.row_width and r.extend_len <= self.width for r in batch.reqs))
+
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Logits of every new token of a prepared verify batch, [tokens, vocab] in the batch's order, computed by the
+        graph of its padded size."""
+        size = self.sizes[bisect.bisect_left(self.sizes, batch.size)]
+        w, n = self.width, size * self.width
+        # Token j of row i goes to slot i * w + j of the padded layout; the slots left are padding.
+        index = ints_to_device([i * w + j for i, r in enumerate(batch.reqs) for j in range(r.extend_len)], np.int64,
+                               self.device)
+        self.input_ids[:n].zero_()
+        self.positions[:n].zero_()
+        self.out_loc[:n].fill_(self.padding_slot)
+        self.input_ids.index_copy_(0, index, batch.input_ids.to(self.input_ids.dtype))
+        self.positions.index_copy_(0, index, batch.positions.to(self.positions.dtype))
+        self.out_loc.index_copy_(0, index, batch.out_loc.to(self.out_loc.dtype))
+        rows = [VerifyRow(r.table_idx, r.cached_len, r.cached_len + w) for r in batch.reqs]
+        padded = Batch(rows + [VerifyRow(self.padding_row, 0, w)] * (size - batch.size), "verify")
+        with self._own_metadata():
+            self.attn_backend.prepare_for_replay(padded)
+            logits = self.graphs[size].replay()
+        return logits.index_select(0, index)
