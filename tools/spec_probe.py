@@ -100,13 +100,41 @@ def measure(llm: LLM, prompts, tokens: int, repeat: int, plain: list[list[int]] 
         walls.append(wall)
         same &= plain is None or outs == plain
     steps = sum(phase != "prefill" for phase, _ in sched.history)  # of the last run (generate clears the history)
+    forward_ms = forward_times(llm, prompts, tokens) if llm.engine.device.type == "cuda" else {}
     stats = sched.spec_stats
     rate = len(prompts) * tokens
     return {"tok_s": rate / statistics.median(walls), "tok_s_min": rate / max(walls), "tok_s_max": rate / min(walls),
             "runs": repeat, "steps": steps, "step_ms": 1e3 * (statistics.median(walls) - prefill) / max(steps, 1),
             "tokens_per_step": (tokens - 1) / max(steps, 1), "verify_steps": stats.verify_steps // repeat,
             "proposed": stats.proposed // repeat, "accepted": stats.accepted // repeat,
-            "acceptance": stats.acceptance_rate, "same_answers_as_plain": same}
+            "acceptance": stats.acceptance_rate, "same_answers_as_plain": same, "forward_ms": forward_ms}
+
+
+def forward_times(llm: LLM, prompts, tokens: int) -> dict[str, float]:
+    """GPU time of the model's forward passes by batch phase (ms, mean over one more run): CUDA events around
+    Engine.forward_logits, a graph replay with its input copies. What a step takes beyond it is the host's work
+    and the small kernels around the forward (sampling, acceptance)."""
+    engine, events = llm.engine, []
+    forward = engine.forward_logits
+
+    def timed(batch):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = forward(batch)
+        end.record()
+        events.append((batch.phase, start, end))
+        return out
+
+    engine.forward_logits = timed
+    try:
+        one_run(llm, prompts, tokens)
+    finally:
+        engine.forward_logits = forward
+    torch.cuda.synchronize()
+    by_phase: dict[str, list[float]] = {}
+    for phase, start, end in events:
+        by_phase.setdefault(phase, []).append(start.elapsed_time(end))
+    return {phase: statistics.mean(ms) for phase, ms in by_phase.items() if phase != "prefill"}
 
 
 def main() -> None:
@@ -131,7 +159,8 @@ def main() -> None:
     seq = args.prompt_len + args.tokens + args.k + 64
     rows = max(args.batch)
     common = dict(device=args.device, dtype=args.dtype, page_size=page, max_seq_len=seq, max_running_reqs=rows,
-                  max_extend_tokens=16384, num_pages=rows * -(-seq // page) + 8)  # every engine its own, small pool
+                  max_extend_tokens=16384, num_pages=rows * -(-seq // page) + 8,  # every engine its own, small pool
+                  cpu_kv_cache_mb=2048)  # on the CPU: room for the draft model's KV regions too
     results = {"model": str(path), "device": args.device, "dtype": args.dtype, "k": args.k, "tokens": args.tokens,
                "page_size": page, "runs": []}
     if args.device == "cuda":
