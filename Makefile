@@ -121,7 +121,7 @@ BENCH_DIR   ?= build/bench
 BENCH_OUT   ?= $(BENCH_DIR)/results.json
 # The random model stays under build/bench even when BENCH_DIR sends the results elsewhere (it is 1.2 GB).
 BENCH_MODEL ?= build/bench/qwen3-0.6b-random
-SYSTEMS     ?= micro ours ours-fa ours-no-graphs ours-no-overlap ours-no-fused ours-no-splitk ours-triton ours-torch hf-static hf-cb nano-vllm
+SYSTEMS     ?= micro ours ours-fa ours-no-graphs ours-no-overlap ours-no-fused ours-no-splitk ours-no-lpt ours-triton ours-torch hf-static hf-cb nano-vllm
 # nano-vllm runs from a checkout you point to (NANO_VLLM=path/to/nano-vllm); without one its row says skipped.
 NANO_VLLM   ?=
 BENCH_SESSION ?=

@@ -12,12 +12,16 @@ Three views, written as profile.json, profile.md (tables for the book) and profi
    phase: prefill, and decode by batch size (129-256, 33-128, 9-32, 1-8); and how much of it the host spent
    waiting for the GPU. A phase whose wait is near zero is bound by the host: the GPU finished each batch
    before the loop had the next one ready.
+3. the GPU's account of the whole workload: every kernel of one more run, summed by kind (decode attention,
+   prefill attention, GEMMs, the rest), and how long the GPU ran no kernel at all (the wall time minus the
+   union of the kernels' intervals): time the host or a wait left the GPU idle.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -141,6 +145,49 @@ def timeline(llm, workload: Workload) -> dict:
             "phases": {k: {"steps": n, "seconds": s, "gpu_wait_s": w} for k, (n, s, w) in by.items()}}
 
 
+# Kinds of kernels, by name (the first pattern that matches wins).
+KERNEL_KINDS = [("decode attention", r"_decode_kernel|_merge_splits|splitkv"),
+                ("prefill attention", r"flash_fwd|_extend_kernel"),
+                ("GEMM", r"gemm|nvjet|cutlass|xmma|splitKreduce|cublas"),
+                ("norm, RoPE, SiLU, KV store (Triton)", r"^_"),
+                ("sampling and the rest", r"")]
+
+
+def kind_of(kernel: str) -> str:
+    return next(kind for kind, pattern in KERNEL_KINDS if re.search(pattern, kernel))
+
+
+def gpu_account(llm, workload: Workload, top: int = 15) -> dict:
+    """Run the workload once under torch.profiler (GPU activity only) and sum its kernels by kind; the GPU's
+    idle time is the wall time minus the union of the kernels' intervals."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run_loop(llm, workload)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    spans, by_name = [], defaultdict(float)
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in evt.name.lower() \
+                and "memset" not in evt.name.lower():
+            spans.append((evt.time_range.start, evt.time_range.end))
+            by_name[evt.name] += evt.time_range.elapsed_us() / 1e6
+    spans.sort()
+    busy, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    by_kind = defaultdict(float)
+    for name, seconds in by_name.items():
+        by_kind[kind_of(name)] += seconds
+    return {"wall_s": wall, "kernels": len(spans), "busy_s": busy / 1e6, "idle_s": wall - busy / 1e6,
+            "kinds": {kind: by_kind[kind] for kind, _ in KERNEL_KINDS},
+            "top": [{"kernel": n[:90], "seconds": s} for n, s in sorted(by_name.items(), key=lambda r: -r[1])[:top]]}
+
+
 def markdown(result: dict) -> str:
     out = [f"Profile of `{result['config']}` on {result['gpu']}.", "",
            "| step | batch | new tokens | kernels/step | GPU kernel time (ms) | host time (ms) | aten::cat/step |",
@@ -158,6 +205,13 @@ def markdown(result: dict) -> str:
         if p["steps"]:
             out.append(f"| {name} | {p['steps']} | {p['seconds']:.2f} | {1000 * p['seconds'] / p['steps']:.2f} | "
                        f"{1000 * p['gpu_wait_s'] / p['steps']:.2f} |")
+    if "account" in result:
+        a = result["account"]
+        out += ["", f"The GPU's account of one more run ({a['wall_s']:.2f} s under the profiler, {a['kernels']:,} "
+                f"kernels): busy {a['busy_s']:.2f} s, no kernel running {a['idle_s']:.2f} s.", "",
+                "| kernels | seconds | share of the busy time |", "|---|---:|---:|"]
+        out += [f"| {k} | {v:.2f} | {v / a['busy_s']:.0%} |" for k, v in a["kinds"].items()]
+        out += ["", "| kernel | seconds |", "|---|---:|"] + [f"| `{t['kernel']}` | {t['seconds']:.3f} |" for t in a["top"]]
     return "\n".join(out) + "\n"
 
 
@@ -208,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "prefill, 16,384 tokens": kernel_table(llm, decode_shape(64, 1024, 1), "prefill", skip=1, steps=2),
     }
     result = {"config": args.system, "gpu": torch.cuda.get_device_name(), "workload": describe(workload),
-              "kernels": kernels, "timeline": timeline(llm, workload)}
+              "kernels": kernels, "timeline": timeline(llm, workload), "account": gpu_account(llm, workload)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "profile.json").write_text(json.dumps(result, indent=1) + "\n")
     text = markdown(result)

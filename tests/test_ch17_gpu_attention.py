@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,7 +16,7 @@ if not ON_CUDA:
 from helpers import assert_close, hf_greedy, model_path, prompt_ids  # noqa: E402
 from minisgl.attention import resolve_backend  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
-from minisgl.kernel.triton.attention import paged_decode_attention, paged_extend_attention  # noqa: E402
+from minisgl.kernel.triton.attention import longest_first, paged_decode_attention, paged_extend_attention  # noqa: E402
 from minisgl.llm import LLM  # noqa: E402
 
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
@@ -87,6 +88,53 @@ def test_split_k_decode_merges_slices_to_the_float64_result(splits, dtype, tol):
         assert_close(out[i], ref[i], tol, f"request {i} (length {n}) with {splits} splits", row="head")
     with pytest.raises(ValueError, match="splits"):
         paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, splits=0)
+
+
+@pytest.mark.stubs("_attend_block")
+@pytest.mark.parametrize("splits", [1, 3])
+def test_an_order_of_the_requests_changes_when_programs_run_not_what_they_compute(splits):
+    """The decode kernel may start the requests' programs in any order (longest first on the GPU): every request
+    still gets the output it gets in batch order, bit for bit, and the float64 result."""
+    lens = [1, 70, 33, 129, 16]
+    hq, hkv, dim = 6, 2, 32
+    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, torch.float32, seed=6)
+    q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    plain = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=16, splits=splits)
+    for order in (longest_first(np.array(lens)), np.array([4, 0, 3, 2, 1], dtype=np.int32)):
+        out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=16, splits=splits,
+                                     order=torch.from_numpy(order).to(DEVICE))
+        for i, n in enumerate(lens):
+            assert torch.equal(out[i], plain[i]), (
+                f"request {i} (length {n}), programs started in the order {order.tolist()} with {splits} splits: "
+                f"differs from batch order by up to {(out[i] - plain[i]).abs().max().item():.3g}")
+            ref = reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
+            assert_close(out[i], ref, 1e-5, f"request {i} (length {n}) in the order {order.tolist()}", row="head")
+
+
+def test_longest_first_orders_by_context_with_ties_in_batch_order():
+    got = longest_first(np.array([5, 9, 5, 12, 9, 1])).tolist()
+    assert got == [3, 1, 4, 0, 2, 5], f"longest_first([5, 9, 5, 12, 9, 1]) = {got}, expected [3, 1, 4, 0, 2, 5]"
+
+
+def test_decode_metadata_lists_the_batch_longest_first():
+    """The Triton backend hands the decode kernel the order of its batch (what it sees at prepare_metadata), and
+    none to a prefill batch, whose kernel takes no order."""
+    from minisgl.attention.triton_backend import TritonAttnBackend
+    from minisgl.core import Batch, Req
+
+    def req(row, prompt, cached):
+        return Req(torch.zeros(prompt, dtype=torch.int32), table_idx=row, cached_len=cached, output_len=4, uid=row,
+                   sampling_params=SamplingParams(max_tokens=4))
+
+    backend = TritonAttnBackend(kv_cache=None, page_table=torch.zeros(4, 64, dtype=torch.int32))
+    decode = Batch([req(0, 7, 6), req(1, 30, 29), req(2, 3, 2), req(3, 30, 29)], "decode")
+    backend.prepare_metadata(decode)
+    got = decode.attn_metadata.order.tolist()
+    assert got == [1, 3, 0, 2], f"decode batch of lengths [7, 30, 3, 30]: order {got}, expected [1, 3, 0, 2]"
+    prefill = Batch([req(0, 7, 0), req(1, 30, 0)], "prefill")
+    backend.prepare_metadata(prefill)
+    assert getattr(prefill.attn_metadata, "order", None) is None, "a prefill batch's metadata carries an order"
 
 
 @pytest.mark.stubs("_attend_block", "_extend_kernel")

@@ -14,6 +14,7 @@ import torch
 
 from minisgl.attention.base import BaseAttnBackend
 from minisgl.attention.fa_backend import FlashAttnBackend
+from minisgl.attention.triton_backend import add_decode_order
 from minisgl.core import Batch
 from minisgl.kernel.triton.attention import paged_decode_attention
 
@@ -22,6 +23,7 @@ class HybridAttnBackend(FlashAttnBackend):
     def prepare_metadata(self, batch: Batch) -> None:
         if batch.is_decode:  # the Triton kernel needs no block table: skip building one every step
             BaseAttnBackend.prepare_metadata(self, batch)
+            add_decode_order(batch, self.page_table.device)
         else:
             super().prepare_metadata(batch)
 
@@ -32,4 +34,4 @@ class HybridAttnBackend(FlashAttnBackend):
         k_cache, v_cache = self.kv_cache.k_cache(layer_id), self.kv_cache.v_cache(layer_id)
         meta = batch.attn_metadata
         return paged_decode_attention(q.to(k_cache.dtype), k_cache, v_cache, self.page_table, meta.table_idx,
-                                      meta.seq_lens, self.softmax_scale(q))
+                                      meta.seq_lens, self.softmax_scale(q), order=meta.order)

@@ -2,15 +2,43 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
-from minisgl.attention.base import BaseAttnBackend
+from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
 from minisgl.core import Batch
-from minisgl.kernel.triton.attention import paged_decode_attention, paged_extend_attention
+from minisgl.kernel.triton import attention as triton_attention
+from minisgl.kernel.triton.attention import longest_first, paged_decode_attention, paged_extend_attention
+
+
+@dataclass
+class DecodeMetadata(BaseAttnMetadata):
+    """A decode batch's metadata for the Triton decode kernel: also the order in which its requests' programs
+    start, longest context first (None while triton_attention.LONGEST_FIRST is off; set it before the engine is
+    built). The static copy CUDA graphs capture with has every request at the same length, so its order is the
+    identity and each of its prefixes (the metadata of a smaller captured batch) a valid order too."""
+
+    order: torch.Tensor | None = None
+
+
+def add_decode_order(batch: Batch, device: torch.device) -> None:
+    """Replace a decode batch's metadata with a DecodeMetadata carrying its longest-first order."""
+    order = None
+    if triton_attention.LONGEST_FIRST:
+        lens = np.fromiter((r.device_len for r in batch.reqs), np.int32, batch.size)
+        order = torch.from_numpy(longest_first(lens)).to(device, non_blocking=True)
+    batch.attn_metadata = DecodeMetadata(**vars(batch.attn_metadata), order=order)
 
 
 class TritonAttnBackend(BaseAttnBackend):
     """The constructor and the metadata are chapter 5's (BaseAttnBackend); only the attention differs."""
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        super().prepare_metadata(batch)
+        if batch.is_decode:
+            add_decode_order(batch, self.page_table.device)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
@@ -19,6 +47,7 @@ class TritonAttnBackend(BaseAttnBackend):
         scale = self.softmax_scale(q)
         q = q.to(k_cache.dtype)
         if batch.is_decode:
-            return paged_decode_attention(q, k_cache, v_cache, self.page_table, meta.table_idx, meta.seq_lens, scale)
+            return paged_decode_attention(q, k_cache, v_cache, self.page_table, meta.table_idx, meta.seq_lens, scale,
+                                          order=meta.order)
         return paged_extend_attention(q, k_cache, v_cache, self.page_table, meta.table_idx, meta.seq_lens,
                                       meta.cached_lens, meta.cu_seqlens_q, meta.max_seqlen_q, scale)

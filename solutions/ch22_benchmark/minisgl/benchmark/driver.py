@@ -36,16 +36,17 @@ from minisgl.env import ENV
 from minisgl.scheduler.utils import PendingReq
 
 # name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19, split-K decode
-# of chapter 17)
+# of chapter 17, the decode kernel's longest-first order)
 OURS = {
-    "ours": ("auto", True, True, True, True),
-    "ours-fa": ("fa", True, True, True, True),
-    "ours-no-graphs": ("auto", True, False, True, True),
-    "ours-no-overlap": ("auto", False, True, True, True),
-    "ours-no-fused": ("auto", True, True, False, True),
-    "ours-no-splitk": ("auto", True, True, True, False),
-    "ours-triton": ("triton", True, True, True, True),
-    "ours-torch": ("torch", True, True, True, True),
+    "ours": ("auto", True, True, True, True, True),
+    "ours-fa": ("fa", True, True, True, True, True),
+    "ours-no-graphs": ("auto", True, False, True, True, True),
+    "ours-no-overlap": ("auto", False, True, True, True, True),
+    "ours-no-fused": ("auto", True, True, False, True, True),
+    "ours-no-splitk": ("auto", True, True, True, False, True),
+    "ours-no-lpt": ("auto", True, True, True, True, False),
+    "ours-triton": ("triton", True, True, True, True, True),
+    "ours-torch": ("torch", True, True, True, True, True),
 }
 _uids = itertools.count(1 << 40)  # far from LLM.generate's own uids (0, 1, ...), unique within a process
 
@@ -151,12 +152,16 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
     triton_attention = _triton_attention()
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if str(device) == "auto" else device)
     kwargs, overlap = ours_config(name, device, workload, page_size, cuda_graph_max_bs)
-    saved_env, saved_splits = env.ENV, triton_attention.MAX_SPLITS if triton_attention else None
-    fused, split_k = OURS[name][3:]
+    saved_env = env.ENV
+    saved_splits, saved_order = ((triton_attention.MAX_SPLITS, triton_attention.LONGEST_FIRST) if triton_attention
+                                 else (None, None))
+    fused, split_k, longest_first = OURS[name][3:]
     if not fused:  # the fused kernels read the setting at every call (chapter 19)
         env.ENV = dataclasses.replace(saved_env, FUSED_KERNELS="off")
     if not split_k and triton_attention:  # the decode kernel reads its cap on slices at every call (chapter 17)
         triton_attention.MAX_SPLITS = 1
+    if not longest_first and triton_attention:  # read when a decode batch's metadata is made (chapter 17)
+        triton_attention.LONGEST_FIRST = False
     llm = None
     try:
         llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs)
@@ -168,6 +173,7 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
         env.ENV = saved_env
         if triton_attention:
             triton_attention.MAX_SPLITS = saved_splits
+            triton_attention.LONGEST_FIRST = saved_order
 
 
 def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: float | None = None,
@@ -215,12 +221,14 @@ def _run_once(llm, workload: Workload, name: str, max_seconds: float | None, max
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
               "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,
-              "max_decode_splits": getattr(_triton_attention(), "MAX_SPLITS", None)}
+              "max_decode_splits": getattr(_triton_attention(), "MAX_SPLITS", None),
+              "longest_first": getattr(_triton_attention(), "LONGEST_FIRST", None)}
     return RunOutput(clock.ordered(uids), wall, outputs, log.steps, log.phases, config, capped, log.prefill_tokens)
 
 
 def _triton_attention():
-    """Chapter 17's Triton attention module (where split-K's cap on slices lives), or None without triton."""
+    """Chapter 17's Triton attention module (where split-K's cap on slices and the longest-first switch live), or
+    None without triton."""
     try:
         from minisgl.kernel.triton import attention
     except ImportError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -52,19 +53,20 @@ def _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i
 
 
 @triton.jit
-def _decode_kernel(Q, K, V, O, Lse, PageTable, TableIdx, SeqLens, scale,
+def _decode_kernel(Q, K, V, O, Lse, PageTable, TableIdx, SeqLens, Order, scale,
                    stride_qb, stride_qh, stride_kn, stride_kh, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                    stride_pt,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                   PRECISION: tl.constexpr, SPLITS: tl.constexpr):
+                   PRECISION: tl.constexpr, SPLITS: tl.constexpr, ORDERED: tl.constexpr):
     # One program per (request, kv head, split): the GROUP query heads sharing that kv head read each key once.
     # Their queries form a [BLOCK_G, D] tile (rows past GROUP are zeros: tl.dot needs 16 rows). With SPLITS > 1
     # (split-K, for batches too small to fill the GPU) each program sees one slice of the request's positions
     # and stores a partial result for _merge_splits_kernel; with SPLITS == 1 it sees them all and stores the
-    # output itself.
-    b = tl.program_id(0)
-    kvh = tl.program_id(1)
-    split = tl.program_id(2)
+    # output itself. The GPU starts programs in the order of their ids, a request's (kv head, split) programs
+    # together; with ORDERED the r-th request to start is Order[r] (the longest first), else request r.
+    kvh = tl.program_id(0) // SPLITS
+    split = tl.program_id(0) % SPLITS
+    b = tl.load(Order + tl.program_id(1)) if ORDERED else tl.program_id(1)
     row = tl.load(TableIdx + b).to(tl.int64)
     seq_len = tl.load(SeqLens + b)
     g = tl.arange(0, BLOCK_G)
@@ -187,16 +189,32 @@ def _sm_count(device: torch.device) -> int:
 # best at every batch size, and an uneven number of slices was slower than the power of two below it.
 WAVE_PROGRAMS = 4
 MAX_SPLITS = 16
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second dimension, which counts the requests
+# The backends pass `longest_first` orders to the decode kernel while this is True (chapter 22's ablation row
+# `ours-no-lpt` turns it off).
+LONGEST_FIRST = True
+
+
+def longest_first(seq_lens: np.ndarray) -> np.ndarray:
+    """The requests' indices, longest context first (ties in batch order), as int32: the order in which the
+    decode kernel should start them. The GPU hands each streaming multiprocessor the next program in line as
+    one finishes; started last, a long request would run on alone while the others idle (longest processing
+    time first, a classic rule for scheduling jobs on parallel machines)."""
+    return np.argsort(-seq_lens.astype(np.int64), kind="stable").astype(np.int32)
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                            table_idx: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                           block_n: int = 64, splits: int | None = None) -> torch.Tensor:
+                           block_n: int = 64, splits: int | None = None,
+                           order: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D], caches [slots, Hkv, D], page_table [rows, width] (slot per position) -> [B, Hq, D].
 
     `splits` slices every request's positions over that many programs per (request, KV head) (split-K, or
     flash-decoding) and merges the slices in a second kernel; None picks it from the batch (decode_splits).
-    It is a Python int, fixed for a given batch size: a CUDA graph captured at that size replays it."""
+    It is a Python int, fixed for a given batch size: a CUDA graph captured at that size replays it.
+    `order` (int32 [B], a permutation of the requests) is the order in which their programs start: longest
+    first (`longest_first`) keeps the longest contexts from starting last and running on alone. It changes
+    when each program runs, never what it computes."""
     head_dim, group, precision = _check(q, k_cache)
     batch, heads = q.shape[:2]
     if splits is None:
@@ -209,13 +227,16 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     else:
         dest = torch.empty(batch, heads, splits, head_dim, dtype=torch.float32, device=q.device)
         lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
-    grid = (batch, k_cache.shape[1], splits)
-    _decode_kernel[grid](q, k_cache, v_cache, dest, lse, page_table, table_idx, seq_lens, scale,
+    if batch > MAX_GRID_Y:
+        raise ValueError(f"a decode batch of {batch} requests is more than one launch takes ({MAX_GRID_Y})")
+    grid = (k_cache.shape[1] * splits, batch)
+    _decode_kernel[grid](q, k_cache, v_cache, dest, lse, page_table, table_idx, seq_lens,
+                         order if order is not None else seq_lens, scale,
                          q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), dest.stride(0),
                          dest.stride(1), dest.stride(2) if splits > 1 else 0, lse.stride(0), lse.stride(1),
                          page_table.stride(0),
                          GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, D=head_dim,
-                         PRECISION=precision, SPLITS=splits)
+                         PRECISION=precision, SPLITS=splits, ORDERED=order is not None)
     if splits > 1:
         _merge_splits_kernel[(batch, heads)](dest, lse, out, out.stride(0), out.stride(1), SPLITS=splits,
                                              BLOCK_S=triton.next_power_of_2(splits), D=head_dim)
