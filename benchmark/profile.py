@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from minisgl.benchmark.driver import BatchLog, ours_config, submit
+from minisgl.benchmark.driver import BatchLog, flush_prefix_cache, ours_config, submit
 from minisgl.benchmark.workload import Workload, describe, nano_vllm_workload
 from minisgl.core import SamplingParams
 
@@ -43,8 +43,10 @@ def phase_of(phase: str, batch: int) -> str:
 
 
 def run_loop(llm, workload: Workload, on_step=None) -> tuple[BatchLog, list[float], float]:
-    """Run the workload through the scheduler loop; (batches, host time after each loop iteration, t0)."""
+    """Run the workload through the scheduler loop on an empty prefix cache (as a fresh engine: a run after
+    another of the same prompts would find them cached); (batches, host time after each iteration, t0)."""
     scheduler, log, marks = llm.scheduler, BatchLog(), []
+    flush_prefix_cache(scheduler)
 
     def step() -> None:
         marks.append(time.perf_counter())
@@ -146,8 +148,8 @@ def timeline(llm, workload: Workload) -> dict:
 
 
 # Kinds of kernels, by name (the first pattern that matches wins).
-KERNEL_KINDS = [("decode attention", r"_decode_kernel|_merge_splits|splitkv"),
-                ("prefill attention", r"flash_fwd|_extend_kernel"),
+KERNEL_KINDS = [("decode attention (Triton)", r"_decode_kernel|_merge_splits"),
+                ("flash-attn, extend attention", r"flash_fwd|_extend_kernel"),  # prefill; decode too in ours-fa
                 ("GEMM", r"gemm|nvjet|cutlass|xmma|splitKreduce|cublas"),
                 ("norm, RoPE, SiLU, KV store (Triton)", r"^_"),
                 ("sampling and the rest", r"")]
@@ -155,6 +157,16 @@ KERNEL_KINDS = [("decode attention", r"_decode_kernel|_merge_splits|splitkv"),
 
 def kind_of(kernel: str) -> str:
     return next(kind for kind, pattern in KERNEL_KINDS if re.search(pattern, kernel))
+
+
+def covered(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of intervals (start, end): the time in which at least one kernel ran."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def gpu_account(llm, workload: Workload, top: int = 15) -> dict:
@@ -174,12 +186,7 @@ def gpu_account(llm, workload: Workload, top: int = 15) -> dict:
                 and "memset" not in evt.name.lower():
             spans.append((evt.time_range.start, evt.time_range.end))
             by_name[evt.name] += evt.time_range.elapsed_us() / 1e6
-    spans.sort()
-    busy, end = 0.0, float("-inf")
-    for a, b in spans:
-        if b > end:
-            busy += b - max(a, end)
-            end = b
+    busy = covered(spans)
     by_kind = defaultdict(float)
     for name, seconds in by_name.items():
         by_kind[kind_of(name)] += seconds

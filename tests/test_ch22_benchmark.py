@@ -338,6 +338,27 @@ def test_measure_discards_the_warm_up_runs_and_times_the_rest():
             measure(run, runs=runs, warmup_runs=warmup)
 
 
+def test_the_gpu_account_unions_kernel_intervals_and_sorts_kernels_by_kind():
+    """make profile's account of a run: busy time is the union of the kernels' intervals (overlapping kernels on
+    two streams count once), against a brute force over a fine grid; kernel names fall into their kinds."""
+    from benchmark.profile import covered, kind_of
+
+    gen = random.Random(3)
+    for case in range(50):
+        spans = [(a, a + gen.randint(1, 30)) for a in (gen.randint(0, 200) for _ in range(gen.randint(0, 12)))]
+        brute = sum(any(a <= t < b for a, b in spans) for t in range(260))
+        assert covered(spans) == brute, f"case {case}: spans {sorted(spans)} cover {brute}, got {covered(spans)}"
+    kinds = {"_decode_kernel": "decode attention (Triton)", "_merge_splits_kernel": "decode attention (Triton)",
+             "void flash::flash_fwd_splitkv_kernel<...>": "flash-attn, extend attention",
+             "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, cutlass": "flash-attn, extend attention",
+             "_extend_kernel": "flash-attn, extend attention",
+             "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT": "GEMM", "sm90_xmma_gemm_bf16bf16": "GEMM",
+             "_fused_add_rmsnorm_kernel": "norm, RoPE, SiLU, KV store (Triton)",
+             "void at::native::reduce_kernel<512, 1, ArgMax>": "sampling and the rest"}
+    for name, kind in kinds.items():
+        assert kind_of(name) == kind, f"kernel {name!r}: kind {kind_of(name)!r}, expected {kind!r}"
+
+
 def test_spread_is_min_median_max_of_what_exists():
     assert spread([3.0, 1.0, 2.0]) == {"n": 3, "min": 1.0, "median": 2.0, "max": 3.0}
     assert spread([4.0, 1.0, 3.0, 2.0]) == {"n": 4, "min": 1.0, "median": 2.5, "max": 4.0}, "even: mean of the middle"
