@@ -290,3 +290,41 @@ def test_cuda_graphs_on_every_backend_match_hf_on_the_gpu(name, backend, dtype, 
     if dtype == "bfloat16" and name == "smollm2":  # the tiny models' random weights give near-ties within steps
         assert compared >= 6, f"only {compared} bf16 tokens had a clear margin: the fixture is too weak"
     assert_clean(llm)
+
+
+@pytest.mark.gpu
+def test_an_engine_left_to_the_collector_cannot_break_the_next_capture(monkeypatch):
+    """Two engines in one process (as in a test suite): the first, unreachable but caught in a reference cycle,
+    still holds its CUDA graphs until Python's collector runs. A collection inside the second engine's capture
+    would destroy them mid-capture, which invalidates the capture; so the first is collected before any graph
+    is recorded, and no collection can start while one is. Then the second engine decodes as HF greedy does."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import gc
+    import weakref
+
+    def engine() -> LLM:
+        return LLM(model_path("tiny-qwen3"), device="cuda", dtype="float32", attention_backend="triton",
+                   max_running_reqs=4, max_seq_len=128, cuda_graph_max_bs=4)
+
+    first = engine()
+    first.itself = first  # only the cyclic collector can free it now
+    gone = weakref.ref(first)
+    del first
+    seen = []  # per capture: (collector on, first engine still alive)
+    begin = torch.cuda.CUDAGraph.capture_begin
+
+    def watched_begin(graph, *args, **kwargs):
+        seen.append((gc.isenabled(), gone() is not None))
+        return begin(graph, *args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", watched_begin)
+    second = engine()
+    assert seen, "the second engine captured no graph"
+    assert not any(on for on, _ in seen), f"the collector was on during {sum(on for on, _ in seen)} captures"
+    assert not any(alive for _, alive in seen), "the first engine was still alive when a capture began"
+    prompt = prompt_ids("tiny-qwen3", 1)[0]
+    out = second.generate([prompt], SamplingParams(max_tokens=8, ignore_eos=True))[0]["token_ids"]
+    assert out == hf_greedy("tiny-qwen3", prompt, 8), "the second engine's graphs decode differently from HF greedy"
+    assert gc.isenabled(), "the collector is on again after the capture"
+    assert_clean(second)

@@ -18,7 +18,9 @@ static buffers: the padding and the buffer handling are tested, the speed-up is 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -60,6 +62,27 @@ class EagerGraph:
     def replay(self) -> torch.Tensor:
         self.output.copy_(self.forward())
         return self.output
+
+
+@contextmanager
+def collector_paused(pause: bool = True) -> Iterator[None]:
+    """Collect garbage once, then keep Python's cyclic collector off until the block ends (nothing if not `pause`).
+
+    An engine nobody refers to any more but caught in a reference cycle keeps its CUDA graphs until a collection
+    runs, and a collection can start at any allocation: inside a capture it would destroy those graphs while
+    another is being recorded, an error that invalidates the capture. (`torch.cuda.graph` collected before each
+    capture up to PyTorch 2.8 and no longer does; pytorch/pytorch#161037 tells the story.)"""
+    if not pause:
+        yield
+        return
+    gc.collect()
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def padding_request(row: int, length: int) -> Req:
@@ -113,7 +136,12 @@ class GraphRunner:
         return CudaGraph(forward, self.pool, self.stream)
 
     def capture(self) -> None:
-        """One graph per size, largest first, so the smaller ones reuse the memory pool the largest sized."""
+        """One graph per size, largest first, so the smaller ones reuse the memory pool the largest sized; no
+        garbage collection while the graphs are recorded (collector_paused)."""
+        with collector_paused(self.stream is not None):
+            self._capture_all()
+
+    def _capture_all(self) -> None:
         for size in reversed(self.sizes):
             batch = self.static_batch(size)
 
