@@ -14,7 +14,7 @@ from minisgl.attention.base import make_metadata
 from minisgl.attention.utils import prepare_batch
 from minisgl.core import SamplingParams
 from minisgl.engine import EngineConfig
-from minisgl.engine.graph import capture_sizes
+from minisgl.engine.graph import capture_sizes, collector_paused
 from minisgl.llm import LLM
 
 ALL_STUBS = ("capture_sizes", "GraphRunner.pad_batch", "GraphRunner.replay", "BaseAttnBackend.prepare_for_replay")
@@ -290,6 +290,41 @@ def test_cuda_graphs_on_every_backend_match_hf_on_the_gpu(name, backend, dtype, 
     if dtype == "bfloat16" and name == "smollm2":  # the tiny models' random weights give near-ties within steps
         assert compared >= 6, f"only {compared} bf16 tokens had a clear margin: the fixture is too weak"
     assert_clean(llm)
+
+
+def test_collector_paused_collects_first_then_keeps_the_collector_off():
+    """What the runner wraps its captures in: cyclic garbage is gone on entry, no automatic collection inside,
+    the collector's state as it was afterwards (also when it was off already), and nothing at all when not
+    pausing (the CPU runner, whose EagerGraph records nothing)."""
+    import gc
+    import weakref
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.itself = self
+
+    was_on = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            garbage = Cycle()
+            gone = weakref.ref(garbage)
+            del garbage
+            with collector_paused():
+                assert gone() is None, "cyclic garbage is collected before the block"
+                assert not gc.isenabled(), "the collector is off inside the block"
+            assert gc.isenabled() == before, f"the collector was {'on' if before else 'off'} and is not again"
+        gc.disable()  # no automatic collection may free it behind the test's back
+        garbage = Cycle()
+        kept = weakref.ref(garbage)
+        del garbage
+        with collector_paused(False):
+            assert kept() is not None, "collector_paused(False) collected garbage"
+        gc.enable()
+        with collector_paused(False):
+            assert gc.isenabled(), "collector_paused(False) turned the collector off"
+    finally:
+        (gc.enable if was_on else gc.disable)()
 
 
 @pytest.mark.gpu
