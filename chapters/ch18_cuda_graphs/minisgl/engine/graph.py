@@ -139,20 +139,17 @@ class GraphRunner:
         """One graph per size, largest first, so the smaller ones reuse the memory pool the largest sized; no
         garbage collection while the graphs are recorded (collector_paused)."""
         with collector_paused(self.stream is not None):
-            self._capture_all()
+            for size in reversed(self.sizes):
+                batch = self.static_batch(size)
 
-    def _capture_all(self) -> None:
-        for size in reversed(self.sizes):
-            batch = self.static_batch(size)
+                def forward(batch: Batch = batch) -> torch.Tensor:
+                    with self.ctx.forward_batch(batch):
+                        return self.model.forward()
 
-            def forward(batch: Batch = batch) -> torch.Tensor:
-                with self.ctx.forward_batch(batch):
-                    return self.model.forward()
-
-            # Warm-up outside the graph: Triton compiles its kernels and lazily made buffers (RoPE tables moved
-            # to the GPU) appear now, since nothing may be compiled or allocated outside the pool while capturing.
-            forward()
-            self.graphs[size] = self._record(forward)
+                # Warm-up outside the graph: Triton compiles its kernels and lazily made buffers (RoPE tables moved
+                # to the GPU) appear now, since nothing may be compiled or allocated outside the pool while capturing.
+                forward()
+                self.graphs[size] = self._record(forward)
 
     def can_use(self, batch: Batch) -> bool:
         return batch.is_decode and batch.size <= self.max_bs
