@@ -5,7 +5,8 @@
 
 Systems: micro (copy bandwidth, the Triton decode kernel, one engine decode step at batch 256 and at batch 8,
 a full prefill batch), ours, ours-fa, ours-no-graphs, ours-no-overlap, ours-no-fused, ours-no-splitk, ours-no-lpt,
-ours-triton, ours-torch, hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm names; skipped without one).
+ours-block-64, ours-triton, ours-torch, hf-static, hf-cb, nano-vllm (from the checkout NANO_VLLM or --nano-vllm
+names; skipped without one).
 
 Every system is measured the same way (runs.py): built once in this process, --warmup-runs whole runs of the
 workload thrown away (default 1: nothing compiles inside a timed run), then --runs timed runs (default 3); the

@@ -22,6 +22,7 @@ from pathlib import Path
 from benchmark.machine import describe_state
 
 ORDER = ["ours", "ours-fa", "ours-no-graphs", "ours-no-overlap", "ours-no-fused", "ours-no-splitk", "ours-no-lpt",
+         "ours-block-64",
          "ours-triton", "ours-torch", "ours-sampling-api", "nano-vllm", "hf-static", "hf-cb"]
 TARGET_X_NANO = 1.5  # output throughput: this many times a warm nano-vllm, the strongest peer that runs here
 TARGET_FLOOR_SHARE = 0.8  # ... and this share of the workload's roofline floor (its throughput at the floor)
@@ -94,6 +95,8 @@ def _describe(r: dict) -> str:
         fused = ", fused kernels off" if c.get("fused_kernels") == "off" else ""
         fused += ", split-K decode off" if c.get("max_decode_splits") == 1 else ""
         fused += ", decode programs in batch order" if c.get("longest_first") is False else ""
+        fused += ", decode key blocks of 64 at every batch size" if "small_batch_block" in c and \
+            c["small_batch_block"] is None else ""
         if c.get("sampling"):  # chapter 24's cost row
             fused += ", " + ", ".join(f"{k} {v}" for k, v in c["sampling"].items())
         text = (f"{_backend(c.get('attention_backend', '?'))}, pages of {c.get('page_size')}, "

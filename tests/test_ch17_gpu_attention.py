@@ -91,6 +91,39 @@ def test_split_k_decode_merges_slices_to_the_float64_result(splits, dtype, tol):
 
 
 @pytest.mark.stubs("_attend_block")
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("splits", [1, 2])
+def test_blocks_of_128_keys_match_float64(splits, dtype, tol):
+    """The block a small batch's programs read on the GPU (decode_block): 128 keys, so a request of 300 spans a full,
+    a full and a partial block (two slices: 256 and 44 positions)."""
+    lens = [1, 129, 300, 70]
+    hq, hkv, dim = 4, 2, 32
+    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype, seed=8)
+    q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(9)).to(DEVICE, dtype)
+    seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=128, splits=splits)
+    for i, n in enumerate(lens):
+        ref = reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
+        assert_close(out[i], ref, tol, f"request {i} (length {n}), blocks of 128 keys, {splits} splits", row="head")
+
+
+def test_decode_block_grows_only_for_batches_of_one_wave(monkeypatch):
+    """128 keys per block in 2 pipeline stages while a batch's programs (requests x KV heads) fit in one wave of
+    WAVE_PROGRAMS per multiprocessor; 64 (Triton's default stages) beyond it, off CUDA, and with the switch off."""
+    from minisgl.kernel.triton import attention
+
+    monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
+    cuda, wave = torch.device("cuda"), attention.WAVE_PROGRAMS * 132
+    for batch, kv_heads, want in ((1, 8, (128, 2)), (wave // 8, 8, (128, 2)), (wave // 8 + 1, 8, (64, None)),
+                                  (wave // 2, 2, (128, 2)), (256, 8, (64, None))):
+        got = attention.decode_block(batch, kv_heads, cuda)
+        assert got == want, f"{batch} requests x {kv_heads} KV heads on 132 SMs: expected {want}, got {got}"
+    assert attention.decode_block(1, 8, torch.device("cpu")) == (64, None), "off CUDA the block stays at 64"
+    monkeypatch.setattr(attention, "SMALL_BATCH_BLOCK", None)
+    assert attention.decode_block(1, 8, cuda) == (64, None), "SMALL_BATCH_BLOCK = None must keep blocks of 64"
+
+
+@pytest.mark.stubs("_attend_block")
 @pytest.mark.parametrize("splits", [1, 3])
 def test_an_order_of_the_requests_changes_when_programs_run_not_what_they_compute(splits):
     """The decode kernel may start the requests' programs in any order (longest first on the GPU): every request

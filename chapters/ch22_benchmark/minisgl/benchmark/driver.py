@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -35,18 +36,28 @@ from minisgl.core import Batch, SamplingParams
 from minisgl.env import ENV
 from minisgl.scheduler.utils import PendingReq
 
-# name -> (attention backend, overlap scheduling, CUDA graphs, fused Triton kernels of chapter 19, split-K decode
-# of chapter 17, the decode kernel's longest-first order)
+class Config(NamedTuple):
+    """One of our configurations: what it changes from the best one."""
+    backend: str = "auto"  # attention backend
+    overlap: bool = True  # overlap scheduling (chapter 11)
+    graphs: bool = True  # CUDA graphs (chapter 18)
+    fused: bool = True  # chapter 19's fused Triton kernels
+    split_k: bool = True  # split-K decode (chapter 17)
+    longest_first: bool = True  # the decode kernel's longest-first order (chapter 17)
+    small_batch_block: bool = True  # larger key blocks for one-wave decode batches (chapter 17)
+
+
 OURS = {
-    "ours": ("auto", True, True, True, True, True),
-    "ours-fa": ("fa", True, True, True, True, True),
-    "ours-no-graphs": ("auto", True, False, True, True, True),
-    "ours-no-overlap": ("auto", False, True, True, True, True),
-    "ours-no-fused": ("auto", True, True, False, True, True),
-    "ours-no-splitk": ("auto", True, True, True, False, True),
-    "ours-no-lpt": ("auto", True, True, True, True, False),
-    "ours-triton": ("triton", True, True, True, True, True),
-    "ours-torch": ("torch", True, True, True, True, True),
+    "ours": Config(),
+    "ours-fa": Config(backend="fa"),
+    "ours-no-graphs": Config(graphs=False),
+    "ours-no-overlap": Config(overlap=False),
+    "ours-no-fused": Config(fused=False),
+    "ours-no-splitk": Config(split_k=False),
+    "ours-no-lpt": Config(longest_first=False),
+    "ours-block-64": Config(small_batch_block=False),
+    "ours-triton": Config(backend="triton"),
+    "ours-torch": Config(backend="torch"),
 }
 _uids = itertools.count(1 << 40)  # far from LLM.generate's own uids (0, 1, ...), unique within a process
 
@@ -125,7 +136,7 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
     flash-attn is installed (its paged kernels need them; the waste of up to 255 slots per request does not
     matter with 140 GB, and random prompts share no prefix that smaller pages could reuse), else pages of 1.
     """
-    backend, overlap, graphs = OURS[name][:3]
+    backend, overlap, graphs = OURS[name].backend, OURS[name].overlap, OURS[name].graphs
     fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if page_size is None:
         page_size = 256 if backend in ("auto", "fa", "hybrid") and fa else 1
@@ -153,15 +164,18 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if str(device) == "auto" else device)
     kwargs, overlap = ours_config(name, device, workload, page_size, cuda_graph_max_bs)
     saved_env = env.ENV
-    saved_splits, saved_order = ((triton_attention.MAX_SPLITS, triton_attention.LONGEST_FIRST) if triton_attention
-                                 else (None, None))
-    fused, split_k, longest_first = OURS[name][3:]
-    if not fused:  # the fused kernels read the setting at every call (chapter 19)
+    saved = ((triton_attention.MAX_SPLITS, triton_attention.LONGEST_FIRST, triton_attention.SMALL_BATCH_BLOCK)
+             if triton_attention else None)
+    config = OURS[name]
+    if not config.fused:  # the fused kernels read the setting at every call (chapter 19)
         env.ENV = dataclasses.replace(saved_env, FUSED_KERNELS="off")
-    if not split_k and triton_attention:  # the decode kernel reads its cap on slices at every call (chapter 17)
-        triton_attention.MAX_SPLITS = 1
-    if not longest_first and triton_attention:  # read when a decode batch's metadata is made (chapter 17)
-        triton_attention.LONGEST_FIRST = False
+    if triton_attention:  # the decode kernel reads these at every call; the longest-first switch when a decode
+        if not config.split_k:  # batch's metadata is made (chapter 17)
+            triton_attention.MAX_SPLITS = 1
+        if not config.longest_first:
+            triton_attention.LONGEST_FIRST = False
+        if not config.small_batch_block:
+            triton_attention.SMALL_BATCH_BLOCK = None
     llm = None
     try:
         llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs)
@@ -172,8 +186,7 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
         del llm
         env.ENV = saved_env
         if triton_attention:
-            triton_attention.MAX_SPLITS = saved_splits
-            triton_attention.LONGEST_FIRST = saved_order
+            triton_attention.MAX_SPLITS, triton_attention.LONGEST_FIRST, triton_attention.SMALL_BATCH_BLOCK = saved
 
 
 def run_ours(model_path, workload: Workload, name: str = "ours", max_seconds: float | None = None,
@@ -222,13 +235,14 @@ def _run_once(llm, workload: Workload, name: str, max_seconds: float | None, max
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
               "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,
               "max_decode_splits": getattr(_triton_attention(), "MAX_SPLITS", None),
-              "longest_first": getattr(_triton_attention(), "LONGEST_FIRST", None)}
+              "longest_first": getattr(_triton_attention(), "LONGEST_FIRST", None),
+              "small_batch_block": getattr(_triton_attention(), "SMALL_BATCH_BLOCK", None)}
     return RunOutput(clock.ordered(uids), wall, outputs, log.steps, log.phases, config, capped, log.prefill_tokens)
 
 
 def _triton_attention():
-    """Chapter 17's Triton attention module (where split-K's cap on slices and the longest-first switch live), or
-    None without triton."""
+    """Chapter 17's Triton attention module (where split-K's cap on slices, the longest-first switch and the small
+    batches' key blocks live), or None without triton."""
     try:
         from minisgl.kernel.triton import attention
     except ImportError:

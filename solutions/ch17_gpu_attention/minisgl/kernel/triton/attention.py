@@ -179,6 +179,17 @@ def decode_splits(batch: int, kv_heads: int, device: torch.device) -> int:
     return min(MAX_SPLITS, 1 << (room.bit_length() - 1)) if room > 1 else 1
 
 
+def decode_block(batch: int, kv_heads: int, device: torch.device) -> tuple[int, int | None]:
+    """(keys per block, pipeline stages or None for Triton's default) of the decode kernel for a batch: SMALL_BATCH_BLOCK
+    while the batch's programs (one per request and KV head, before split-K) fit in one wave of WAVE_PROGRAMS per
+    streaming multiprocessor, else (64, default). With that few programs a long request's program walks its keys
+    alone and sets the step's time; larger blocks keep more of its bytes in flight. With many programs, smaller
+    blocks let more of them share a multiprocessor. (64, default) off CUDA."""
+    if device.type != "cuda" or SMALL_BATCH_BLOCK is None or batch * kv_heads > WAVE_PROGRAMS * _sm_count(device):
+        return 64, None
+    return SMALL_BATCH_BLOCK
+
+
 @lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
     """Streaming multiprocessors of a GPU, asked once (a decode step without graphs asks once per layer)."""
@@ -188,6 +199,10 @@ def _sm_count(device: torch.device) -> int:
 # Measured on an H200 (132 SMs; chapter 22's split sweep, contexts of 512 and 1,536): 4 programs per SM was
 # best at every batch size, and an uneven number of slices was slower than the power of two below it.
 WAVE_PROGRAMS = 4
+# Keys per block and pipeline stages for batches of one wave (decode_block). Chapter 22's sweep on an H200: on
+# contexts spread as a real batch's, 6-14% faster than (64, 3 stages) at 16-64 requests; on equal contexts up to 10%
+# slower. None: (64, default) at every batch size (chapter 22's ablation row `ours-block-64`).
+SMALL_BATCH_BLOCK: tuple[int, int] | None = (128, 2)
 MAX_SPLITS = 16
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second dimension, which counts the requests
 # The backends pass `longest_first` orders to the decode kernel while this is True (chapter 22's ablation row
@@ -205,22 +220,29 @@ def longest_first(seq_lens: np.ndarray) -> np.ndarray:
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                            table_idx: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                           block_n: int = 64, splits: int | None = None,
-                           order: torch.Tensor | None = None) -> torch.Tensor:
+                           block_n: int | None = None, splits: int | None = None,
+                           order: torch.Tensor | None = None, **tuning) -> torch.Tensor:
     """q [B, Hq, D], caches [slots, Hkv, D], page_table [rows, width] (slot per position) -> [B, Hq, D].
 
-    `splits` slices every request's positions over that many programs per (request, KV head) (split-K, or
-    flash-decoding) and merges the slices in a second kernel; None picks it from the batch (decode_splits).
-    It is a Python int, fixed for a given batch size: a CUDA graph captured at that size replays it.
+    `block_n` is the number of keys a program folds in per step; None picks it, with the pipeline's stages, from
+    the batch (decode_block). `splits` slices every request's positions over that many programs per (request, KV
+    head) (split-K, or flash-decoding) and merges the slices in a second kernel; None picks it from the batch
+    (decode_splits). Both are Python ints, fixed for a given batch size: a CUDA graph captured at that size
+    replays them.
     `order` (int32 [B], a permutation of the requests) is the order in which their programs start: longest
     first (`longest_first`) keeps the longest contexts from starting last and running on alone. It changes
-    when each program runs, never what it computes."""
+    when each program runs, never what it computes. `tuning` (num_warps, num_stages) goes to the launch: for
+    probes that sweep it."""
     head_dim, group, precision = _check(q, k_cache)
     batch, heads = q.shape[:2]
     if splits is None:
         splits = decode_splits(batch, k_cache.shape[1], q.device)
     if splits < 1:
         raise ValueError(f"splits must be >= 1, got {splits}")
+    if block_n is None:
+        block_n, stages = decode_block(batch, k_cache.shape[1], q.device)
+        if stages is not None:
+            tuning.setdefault("num_stages", stages)
     out = torch.empty_like(q)
     if splits == 1:
         dest, lse = out, out  # no partials: the kernel stores the output itself (lse unused)
@@ -236,7 +258,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                          dest.stride(1), dest.stride(2) if splits > 1 else 0, lse.stride(0), lse.stride(1),
                          page_table.stride(0),
                          GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, D=head_dim,
-                         PRECISION=precision, SPLITS=splits, ORDERED=order is not None)
+                         PRECISION=precision, SPLITS=splits, ORDERED=order is not None, **tuning)
     if splits > 1:
         _merge_splits_kernel[(batch, heads)](dest, lse, out, out.stride(0), out.stride(1), SPLITS=splits,
                                              BLOCK_S=triton.next_power_of_2(splits), D=head_dim)
