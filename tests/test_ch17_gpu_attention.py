@@ -58,16 +58,19 @@ DTYPES = [(torch.float32, 1e-5)] + ([(torch.bfloat16, 1e-2)] if ON_CUDA else [])
 @pytest.mark.stubs("_attend_block")
 @pytest.mark.parametrize("dtype,tol", DTYPES)
 @pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64), (8, 8, 16)])
-def test_decode_kernel_matches_float64(hq, hkv, dim, dtype, tol):
+@pytest.mark.parametrize("block_n", [64, 128])
+def test_decode_kernel_matches_float64(hq, hkv, dim, block_n, dtype, tol):
+    """Both block sizes decode_block picks (64 keys for large batches, 128 for one wave), on every device."""
     lens = [1, 70, 33, 129]
     k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype)
     q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(1)).to(DEVICE, dtype)
     seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
-    out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5)
+    out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=block_n)
     assert out.dtype == dtype, f"the output is {out.dtype}, expected the inputs' {dtype}"
     for i, n in enumerate(lens):
         ref = reference(q[i : i + 1], k_cache, v_cache, table, rows[i], n, n - 1)[0]
-        assert_close(out[i], ref, tol, f"request {i} (length {n}) decoding in {dtype}", row="head")
+        assert_close(out[i], ref, tol, f"request {i} (length {n}) decoding in {dtype}, blocks of {block_n}",
+                     row="head")
 
 
 @pytest.mark.stubs("_attend_block")
