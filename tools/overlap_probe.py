@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +35,7 @@ from minisgl.kernel.triton.attention import longest_first, paged_decode_attentio
 from minisgl.kernel.triton.norm import fused_add_rms_norm
 from minisgl.kernel.triton.rope import qk_norm_rope
 from minisgl.kernel.triton.store import store_kv
-from tools.decode_balance_probe import batch_case
+from tools.decode_balance_probe import batch_case, time_us
 
 HIDDEN, HEADS, KV_HEADS, DIM, INTER, LAYERS = 1024, 16, 8, 128, 3072, 28
 
@@ -60,25 +63,24 @@ class Half:
         self.x = torch.randn(self.batch, HIDDEN, device="cuda", dtype=torch.bfloat16)
 
 
-def step(half: Half, w: list[dict], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    b = half.batch
-    h, r = half.x, torch.zeros_like(half.x)
-    for lw in w:
-        hn, r = fused_add_rms_norm(h, r, lw["n1"], 1e-6)
-        qkv = hn @ lw["qkv"]
-        q = qkv[:, :HEADS * DIM].view(b, HEADS, DIM)
-        k = qkv[:, HEADS * DIM:(HEADS + KV_HEADS) * DIM].view(b, KV_HEADS, DIM)
-        v = qkv[:, (HEADS + KV_HEADS) * DIM:].view(b, KV_HEADS, DIM)
-        qk_norm_rope(q, k, half.positions, cos, sin, lw["qn"], lw["kn"])
-        store_kv(k, v, half.k_cache, half.v_cache, half.out_loc)
-        a = paged_decode_attention(q, half.k_cache, half.v_cache, half.table, half.idx, half.lens, DIM ** -0.5,
-                                   order=half.order)
-        hn, r = fused_add_rms_norm(a.view(b, HEADS * DIM) @ lw["o"], r, lw["n2"], 1e-6)
-        h = silu_and_mul(hn @ lw["gu"]) @ lw["down"]
-    return h
+@dataclass(frozen=True)
+class Ops:
+    """The small kernels of a decode layer (the GEMMs are torch's): residual add + RMSNorm, q/k norm + RoPE + KV
+    store (returns q), SiLU-and-mul, and paged attention."""
+    norm: Callable
+    rope_store: Callable
+    silu: Callable
+    attention: Callable
 
 
-def _qk_norm_rope_store(q, k, v, positions, cos, sin, qn, kn, k_cache, v_cache, out_loc):
+def _triton_rope_store(q, k, v, positions, cos, sin, qn, kn, k_cache, v_cache, out_loc, store=True):
+    qk_norm_rope(q, k, positions, cos, sin, qn, kn)  # chapter 19: in place, in one kernel
+    if store:
+        store_kv(k, v, k_cache, v_cache, out_loc)
+    return q
+
+
+def _torch_rope_store(q, k, v, positions, cos, sin, qn, kn, k_cache, v_cache, out_loc):
     q = torch_ops.apply_rotary_emb(torch_ops.rms_norm(q, qn, 1e-6), cos[positions], sin[positions])
     k = torch_ops.apply_rotary_emb(torch_ops.rms_norm(k, kn, 1e-6), cos[positions], sin[positions])
     k_cache[out_loc] = k
@@ -86,85 +88,62 @@ def _qk_norm_rope_store(q, k, v, positions, cos, sin, qn, kn, k_cache, v_cache, 
     return q
 
 
-COMPILED = {}
+ENGINE = Ops(fused_add_rms_norm, _triton_rope_store, silu_and_mul, paged_decode_attention)
 
 
-def step_compiled(half: Half, w: list[dict], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """step() with the small kernels made by torch.compile from the torch ops (the GEMMs and attention unchanged)."""
-    if not COMPILED:
-        COMPILED["norm"] = torch.compile(torch_ops.fused_add_rms_norm, dynamic=False)
-        COMPILED["rope"] = torch.compile(_qk_norm_rope_store, dynamic=False)
-        COMPILED["silu"] = torch.compile(torch_ops.silu_and_mul, dynamic=False)
-    norm, rope, silu = COMPILED["norm"], COMPILED["rope"], COMPILED["silu"]
+def compiled_ops() -> Ops:
+    """The small kernels made by torch.compile from chapter 2's torch ops; GEMMs and attention unchanged."""
+    return Ops(torch.compile(torch_ops.fused_add_rms_norm, dynamic=False),
+               torch.compile(_torch_rope_store, dynamic=False),
+               torch.compile(torch_ops.silu_and_mul, dynamic=False), paged_decode_attention)
+
+
+def step(half: Half, w: list[dict], cos: torch.Tensor, sin: torch.Tensor, ops: Ops = ENGINE) -> torch.Tensor:
     b = half.batch
     h, r = half.x, torch.zeros_like(half.x)
     for lw in w:
-        hn, r = norm(h, r, lw["n1"], 1e-6)
+        hn, r = ops.norm(h, r, lw["n1"], 1e-6)
         qkv = hn @ lw["qkv"]
         q = qkv[:, :HEADS * DIM].view(b, HEADS, DIM)
         k = qkv[:, HEADS * DIM:(HEADS + KV_HEADS) * DIM].view(b, KV_HEADS, DIM)
         v = qkv[:, (HEADS + KV_HEADS) * DIM:].view(b, KV_HEADS, DIM)
-        q = rope(q, k, v, half.positions, cos, sin, lw["qn"], lw["kn"], half.k_cache, half.v_cache, half.out_loc)
-        a = paged_decode_attention(q, half.k_cache, half.v_cache, half.table, half.idx, half.lens, DIM ** -0.5,
-                                   order=half.order)
-        hn, r = norm(a.view(b, HEADS * DIM) @ lw["o"], r, lw["n2"], 1e-6)
-        h = silu(hn @ lw["gu"]) @ lw["down"]
+        q = ops.rope_store(q, k, v, half.positions, cos, sin, lw["qn"], lw["kn"], half.k_cache, half.v_cache,
+                           half.out_loc)
+        a = ops.attention(q, half.k_cache, half.v_cache, half.table, half.idx, half.lens, DIM ** -0.5,
+                          order=half.order)
+        hn, r = ops.norm(a.view(b, HEADS * DIM) @ lw["o"], r, lw["n2"], 1e-6)
+        h = ops.silu(hn @ lw["gu"]) @ lw["down"]
     return h
 
 
-def graph_us(fn, replays: int = 30) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    return sorted(times)[len(times) // 2]
-
-
 def variants(batches: list[int]) -> list[dict]:
-    global store_kv, paged_decode_attention
     gen = torch.Generator().manual_seed(1)
     w = weights(LAYERS)
     cos, sin = torch.randn(4096, DIM, device="cuda"), torch.randn(4096, DIM, device="cuda")
-    store, attention = store_kv, paged_decode_attention
+    options = {"without_kv_store_us": replace(ENGINE, rope_store=partial(_triton_rope_store, store=False)),
+               "attention_blocks_of_64_us": replace(ENGINE, attention=partial(paged_decode_attention, block_n=64,
+                                                                              num_stages=3)),
+               "attention_blocks_of_128_us": replace(ENGINE, attention=partial(paged_decode_attention, block_n=128,
+                                                                               num_stages=2))}
     rows = []
-    try:
-        for batch in batches:
-            contexts = (torch.randint(100, 1025, (batch,), generator=gen)
-                        + torch.randint(0, 1025, (batch,), generator=gen)).tolist()
-            whole = Half(contexts)
-            row = {"batch": batch, "mean_context": int(np.mean(contexts))}
-            for _ in range(2):  # twice, interleaved: the spread between repeats shows the noise
-                row.setdefault("engine_us", []).append(graph_us(lambda: step(whole, w, cos, sin)))
-                store_kv = lambda *args, **kwargs: None  # noqa: E731
-                row.setdefault("without_kv_store_us", []).append(graph_us(lambda: step(whole, w, cos, sin)))
-                store_kv = store
-                for block_n, stages in ((64, 3), (128, 2)):
-                    paged_decode_attention = lambda *args, **kwargs: attention(  # noqa: E731
-                        *args, block_n=block_n, num_stages=stages, **kwargs)
-                    row.setdefault(f"attention_blocks_of_{block_n}_us", []).append(
-                        graph_us(lambda: step(whole, w, cos, sin)))
-                paged_decode_attention = attention
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            del whole
-    finally:
-        store_kv, paged_decode_attention = store, attention
+    for batch in batches:
+        contexts = (torch.randint(100, 1025, (batch,), generator=gen)
+                    + torch.randint(0, 1025, (batch,), generator=gen)).tolist()
+        whole = Half(contexts)
+        row = {"batch": batch, "mean_context": int(np.mean(contexts))}
+        for _ in range(2):  # twice, interleaved: the spread between repeats shows the noise
+            row.setdefault("engine_us", []).append(time_us(lambda: step(whole, w, cos, sin), 30))
+            for name, ops in options.items():
+                row.setdefault(name, []).append(time_us(lambda: step(whole, w, cos, sin, ops), 30))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256])
-    ap.add_argument("--variants", action="store_true", help="time the two variants of one step instead")
+    ap.add_argument("--variants", action="store_true", help="time variants of the step on one stream instead")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.variants:
@@ -175,6 +154,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     w = weights(LAYERS)
     cos, sin = torch.randn(4096, DIM, device="cuda"), torch.randn(4096, DIM, device="cuda")
+    compiled = compiled_ops()
     rows = []
     for batch in args.batches:
         contexts = (torch.randint(100, 1025, (batch,), generator=gen) + torch.randint(0, 1025, (batch,), generator=gen))
@@ -194,16 +174,15 @@ def main() -> None:
             main.wait_stream(side)
 
         row = {"batch": batch, "mean_context": int(np.mean(contexts)),
-               "one_stream_us": graph_us(lambda: step(whole, w, cos, sin)),
-               "halves_one_stream_us": graph_us(lambda: [step(h, w, cos, sin) for h in halves]),
-               "halves_two_streams_us": graph_us(two_streams),
-               "torch_compile_small_ops_us": graph_us(lambda: step_compiled(whole, w, cos, sin)),
-               "attention_only_us": graph_us(lambda: [paged_decode_attention(
+               "one_stream_us": time_us(lambda: step(whole, w, cos, sin), 30),
+               "halves_one_stream_us": time_us(lambda: [step(h, w, cos, sin) for h in halves], 30),
+               "halves_two_streams_us": time_us(two_streams, 30),
+               "torch_compile_small_ops_us": time_us(lambda: step(whole, w, cos, sin, compiled), 30),
+               "attention_only_us": time_us(lambda: [paged_decode_attention(
                    whole.q, whole.k_cache, whole.v_cache, whole.table, whole.idx, whole.lens, DIM ** -0.5,
-                   order=whole.order) for _ in range(LAYERS)])}
+                   order=whole.order) for _ in range(LAYERS)], 30)}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del whole, halves
     if args.out:
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
 
