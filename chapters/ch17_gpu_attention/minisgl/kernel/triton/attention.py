@@ -163,7 +163,7 @@ def _sm_count(device: torch.device) -> int:
 # best at every batch size, and an uneven number of slices was slower than the power of two below it.
 WAVE_PROGRAMS = 4
 # Keys per block and pipeline stages for batches of one wave (decode_block). Chapter 22's sweep on an H200: on
-# contexts spread as a real batch's, 6-14% faster than (64, 3 stages) at 16-64 requests; on equal contexts up to 10%
+# contexts spread as a real batch's, 6-14% faster than (64, 3 stages) at 16-64 requests; on equal contexts up to 11%
 # slower. None: (64, default) at every batch size (chapter 22's ablation row `ours-block-64`).
 SMALL_BATCH_BLOCK: tuple[int, int] | None = (128, 2)
 MAX_SPLITS = 16
