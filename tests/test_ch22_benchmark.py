@@ -435,6 +435,23 @@ def test_ours_and_ours_without_overlap_generate_the_same_tokens_as_hf(tiny_qwen3
     assert [t.tokens for t in runs[1].traces] == [n for _, n in workload]
 
 
+def test_an_ablation_switch_is_recorded_and_undone_after_its_run(tiny_qwen3):
+    """`make bench` runs several configurations in one process, in the order given (ours-block-64 before ours, say):
+    a switch that an ablation row flips must be in its record and undone when its run ends, or every later system
+    runs without the change it was meant to have."""
+    pytest.importorskip("triton")
+    from minisgl.kernel.triton import attention
+
+    before = (attention.MAX_SPLITS, attention.LONGEST_FIRST, attention.SMALL_BATCH_BLOCK)
+    workload = [([5, 6, 7, 8], 8), ([9, 10], 6)]
+    for name, key, flipped in (("ours-no-splitk", "max_decode_splits", 1), ("ours-no-lpt", "longest_first", False),
+                               ("ours-block-64", "small_batch_block", None)):
+        run = run_ours(tiny_qwen3, workload, name, device="cpu")
+        assert run.config[key] == flipped, f"{name}: its record says {key} = {run.config[key]!r}, not {flipped!r}"
+        after = (attention.MAX_SPLITS, attention.LONGEST_FIRST, attention.SMALL_BATCH_BLOCK)
+        assert after == before, f"after {name} the switches are {after}, not {before} as before it"
+
+
 def test_a_time_cap_aborts_cleanly_and_keeps_the_tokens_made(tiny_qwen3):
     workload = [([5, 6, 7, 8], 12), ([9, 10], 20), ([11, 12, 13], 3)]
     run = run_ours(tiny_qwen3, workload, "ours-no-overlap", max_seconds=0.0, device="cpu")  # integrity checked
