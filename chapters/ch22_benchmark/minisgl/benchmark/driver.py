@@ -136,7 +136,7 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
     flash-attn is installed (its paged kernels need them; the waste of up to 255 slots per request does not
     matter with 140 GB, and random prompts share no prefix that smaller pages could reuse), else pages of 1.
     """
-    backend, overlap, graphs = OURS[name].backend, OURS[name].overlap, OURS[name].graphs
+    backend, overlap, graphs = OURS[name][:3]  # Config's first three fields
     fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if page_size is None:
         page_size = 256 if backend in ("auto", "fa", "hybrid") and fa else 1
@@ -169,8 +169,8 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
     config = OURS[name]
     if not config.fused:  # the fused kernels read the setting at every call (chapter 19)
         env.ENV = dataclasses.replace(saved_env, FUSED_KERNELS="off")
-    if triton_attention:  # the decode kernel reads these at every call; the longest-first switch when a decode
-        if not config.split_k:  # batch's metadata is made (chapter 17)
+    if triton_attention:  # chapter 17's switches, read at every call (the longest-first one per decode batch)
+        if not config.split_k:
             triton_attention.MAX_SPLITS = 1
         if not config.longest_first:
             triton_attention.LONGEST_FIRST = False
