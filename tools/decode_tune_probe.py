@@ -72,8 +72,8 @@ def attention_sweep(batches: list[int], draws: int = 3) -> list[dict]:
             for (block_n, warps, stages), splits in itertools.product(settings, splits_options):
                 total_us, total_bytes = 0.0, 0
                 for args, lpt, kv_bytes in built:
-                    total_us += time_us(lambda: paged_decode_attention(*args, 128 ** -0.5, block_n=block_n, splits=splits,
-                                                                       order=lpt, num_warps=warps, num_stages=stages), 30)
+                    launch = dict(block_n=block_n, splits=splits, order=lpt, num_warps=warps, num_stages=stages)
+                    total_us += time_us(lambda: paged_decode_attention(*args, 128 ** -0.5, **launch), 30)
                     total_bytes += kv_bytes
                 rows.append({"batch": batch, "contexts": name, "block_n": block_n, "warps": warps, "stages": stages,
                              "splits": splits, "us": total_us, "gb_s": total_bytes / total_us / 1e3})

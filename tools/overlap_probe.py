@@ -14,7 +14,8 @@ With --variants it times, on one stream, variants of the step instead: without t
 fusing the store into the q/k norm + RoPE kernel could save), and with the attention kernel reading 64 keys per block
 (Triton's default 3 pipeline stages) or 128 keys per block in 2 stages at every batch size.
 
-    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m tools.overlap_probe --variants --batches 8 32 64 128 256
+    PYTHONPATH=$(python -m tools.course tree 26 --sol):. \
+        python -m tools.overlap_probe --variants --batches 8 32 64 128 256
 """
 
 from __future__ import annotations

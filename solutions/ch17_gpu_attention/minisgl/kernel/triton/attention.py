@@ -180,11 +180,11 @@ def decode_splits(batch: int, kv_heads: int, device: torch.device) -> int:
 
 
 def decode_block(batch: int, kv_heads: int, device: torch.device) -> tuple[int, int | None]:
-    """(keys per block, pipeline stages or None for Triton's default) of the decode kernel for a batch: SMALL_BATCH_BLOCK
-    while the batch's programs (one per request and KV head, before split-K) fit in one wave of WAVE_PROGRAMS per
-    streaming multiprocessor, else (64, default). With that few programs a long request's program walks its keys
-    alone and sets the step's time; larger blocks keep more of its bytes in flight. With many programs, smaller
-    blocks let more of them share a multiprocessor. (64, default) off CUDA."""
+    """(keys per block, pipeline stages or None for Triton's default) of the decode kernel for a batch:
+    SMALL_BATCH_BLOCK while the batch's programs (one per request and KV head, before split-K) fit in one wave of
+    WAVE_PROGRAMS per streaming multiprocessor, else (64, default). With that few programs a long request's program
+    walks its keys alone and sets the step's time; larger blocks keep more of its bytes in flight. With many
+    programs, smaller blocks let more of them share a multiprocessor. (64, default) off CUDA."""
     if device.type != "cuda" or SMALL_BATCH_BLOCK is None or batch * kv_heads > WAVE_PROGRAMS * _sm_count(device):
         return 64, None
     return SMALL_BATCH_BLOCK
