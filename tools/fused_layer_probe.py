@@ -32,18 +32,16 @@ from tools.overlap_probe import DIM, ENGINE, HEADS, KV_HEADS, LAYERS, Half, step
 
 
 @triton.jit
-def _rows(X, R, rows, ks, stride_x, M, HAS_RES: tl.constexpr):
-    """x (+ r) for a [rows, K-slice] tile in float32, rounded to the hidden state's dtype as the engine stores it."""
+def _rows(X, R, rows, ks, stride_x, M):
+    """x + r for a [rows, K-slice] tile, in the hidden state's dtype, as the engine stores the new residual."""
     mask = (rows < M)[:, None]
     x = tl.load(X + rows[:, None] * stride_x + ks[None, :], mask=mask, other=0.0)
-    if HAS_RES:
-        x = x + tl.load(R + rows[:, None] * stride_x + ks[None, :], mask=mask, other=0.0)
-    return x
+    return x + tl.load(R + rows[:, None] * stride_x + ks[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
 def _norm_matmul_kernel(X, R, NW, W, Out, ResOut, M, K, eps, stride_x, stride_w, stride_o,
-                        HAS_RES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr):
     # One program per BLOCK_N output columns, all (<= BLOCK_M) rows. Pass 1: each row's mean square.
     rows = tl.arange(0, BLOCK_M)
@@ -51,10 +49,9 @@ def _norm_matmul_kernel(X, R, NW, W, Out, ResOut, M, K, eps, stride_x, stride_w,
     ss = tl.zeros([BLOCK_M], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x = _rows(X, R, rows, ks, stride_x, M, HAS_RES)
-        if HAS_RES:
-            if tl.program_id(0) == 0:
-                tl.store(ResOut + rows[:, None] * stride_x + ks[None, :], x, mask=(rows < M)[:, None])
+        x = _rows(X, R, rows, ks, stride_x, M)
+        if tl.program_id(0) == 0:
+            tl.store(ResOut + rows[:, None] * stride_x + ks[None, :], x, mask=(rows < M)[:, None])
         xf = x.to(tl.float32)
         ss += tl.sum(xf * xf, 1)
     rstd = tl.rsqrt(ss / K + eps)
@@ -62,7 +59,7 @@ def _norm_matmul_kernel(X, R, NW, W, Out, ResOut, M, K, eps, stride_x, stride_w,
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x = _rows(X, R, rows, ks, stride_x, M, HAS_RES).to(tl.float32)
+        x = _rows(X, R, rows, ks, stride_x, M).to(tl.float32)
         xn = (x * rstd[:, None]).to(W.dtype.element_ty) * tl.load(NW + ks)[None, :]
         w = tl.load(W + ks[:, None] * stride_w + cols[None, :])
         acc += tl.dot(xn.to(W.dtype.element_ty), w)
@@ -94,7 +91,7 @@ def norm_matmul(x, residual, norm_w, w, eps, tile):
     out, res = x.new_empty(m, n), torch.empty_like(x)
     block_n, block_k, warps, stages = tile
     _norm_matmul_kernel[(n // block_n,)](x, residual, norm_w, w, out, res, m, k, eps, x.stride(0), w.stride(0),
-                                         out.stride(0), HAS_RES=True, BLOCK_M=16, BLOCK_N=block_n,
+                                         out.stride(0), BLOCK_M=16, BLOCK_N=block_n,
                                          BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     return out, res
 
