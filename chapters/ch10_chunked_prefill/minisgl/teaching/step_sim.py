@@ -8,8 +8,8 @@ that long between two of its tokens. Without chunks a step may carry a whole pro
 sequence stalls behind it.
 
 The engine's own scheduler (chapter 7) runs prefill and decode in separate batches, so there chunking
-bounds the size of each prefill batch; riding decodes along a chunk, as this simulator does, is the job of
-chapter 21 (planned).
+bounds the size of each prefill batch; decodes that ride along a chunk, as in this simulator, are chapter 21's
+mixed batches.
 """
 
 from __future__ import annotations
