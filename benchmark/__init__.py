@@ -10,6 +10,7 @@
     profile.py    python -m benchmark.profile: kernel tables and the workload's timeline (make profile)
     online.py     python -m benchmark.online: a streaming client at Poisson request rates (make bench-serve)
     moe.py        python -m benchmark.moe: one MoE layer three ways against its roofline (chapter 20)
+    probes/       python -m benchmark.probes.<name>: the one-off measurements behind the pages' numbers
 
 What chapter 22 teaches, and what a user of the engine imports, is the package's: minisgl/benchmark/
 (workload, metrics, roofline, the driver of our engine, the random model). The harness imports the package

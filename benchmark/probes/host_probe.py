@@ -1,6 +1,6 @@
 """GPU probe for chapter 22: where does the host's time go in the scheduler loop, and when does it stall the GPU?
 
-    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m tools.host_probe --out host.json
+    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m benchmark.probes.host_probe --out host.json
 
 Two measurements on the final reference tree:
 

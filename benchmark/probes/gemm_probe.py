@@ -1,6 +1,6 @@
 """Probe for chapter 22: can a Triton GEMM of our own beat cuBLAS on the decode step's few-row matmuls?
 
-    python -m tools.gemm_probe --out gemm.json     # on a GPU (CUDA, triton); about two minutes
+    python -m benchmark.probes.gemm_probe --out gemm.json     # on a GPU (CUDA, triton); about two minutes
 
 Runs on the final reference tree. For each GEMM of the benchmark model (micro.model_gemm_shapes: q/k/v, o,
 gate/up, down, LM head) and each batch size it times PyTorch's matmul with cuBLAS and with cuBLASLt, and a

@@ -1,6 +1,6 @@
 """GPU probe for chapter 16: the benchmark workload at tp_size 1 and 2, and the cost of one all-reduce.
 
-    python -m tools.tp_probe [--out tp.json] [--seqs 256]
+    python -m benchmark.probes.tp_probe [--out tp.json] [--seqs 256]
 
 Runs on a machine with 2+ GPUs, on the final reference tree. The workload is chapter 22's (nano-vllm's: 256
 requests, random ids, lengths U[100, 1024]) on the Qwen3-0.6B-shaped model with random bf16 weights. The

@@ -1,8 +1,8 @@
 """Probe for chapter 23: conservative against optimistic admission on chat-like traffic under a tight KV pool.
 
-    python -m tools.retract_probe --out retract.json            # on a GPU: the H200 numbers of the page
-    python -m tools.retract_probe --out retract.json --cpu      # on a CPU: SmolLM2-135M (the page's CPU numbers)
-    python -m tools.retract_probe --out retract.json --quick    # tiny-qwen3 on a CPU, a smoke run
+    python -m benchmark.probes.retract_probe --out retract.json            # on a GPU: the H200 numbers of the page
+    python -m benchmark.probes.retract_probe --out retract.json --cpu      # on a CPU: SmolLM2-135M (the page's CPU numbers)
+    python -m benchmark.probes.retract_probe --out retract.json --quick    # tiny-qwen3 on a CPU, a smoke run
 
 Runs on the final reference tree. The workload: --requests requests with random prompts of U[--min-prompt,
 --max-prompt] tokens, each with a natural answer length drawn from U[--min-answer, --max-answer] and a max_tokens
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown scenarios {sorted(unknown)} (chat, long)")
     probe = Probe(model, device, dtype, engine, budget, sizes["max_tokens"])
     report = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "model": str(model),
-              "command": " ".join(["python -m tools.retract_probe", *(argv if argv is not None else sys.argv[1:])]),
+              "command": " ".join(["python -m benchmark.probes.retract_probe", *(argv if argv is not None else sys.argv[1:])]),
               "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "workload": sizes, "engine": {k: v for k, v in engine.items()}, "runs": []}
     configs = [("conservative", None)] + [("optimistic", float(r)) for r in args.init_ratios.split(",")]

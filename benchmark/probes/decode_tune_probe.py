@@ -1,7 +1,7 @@
 """GPU probe: how fast can a kernel read from this GPU's memory, and how close do the Triton decode attention
 kernel's launch settings bring it?
 
-    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m tools.decode_tune_probe --out tune.json
+    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m benchmark.probes.decode_tune_probe --out tune.json
 
 1. Read bandwidth: a Triton kernel that only reads (sums) 4 GiB (the roofline floor uses a copy, which also writes).
 2. The decode attention kernel, longest first, over launch settings (keys per block, warps, pipeline stages) and
@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from minisgl.kernel.triton.attention import longest_first, paged_decode_attention
-from tools.decode_balance_probe import batch_case, time_us
+from benchmark.probes.decode_balance_probe import batch_case, time_us
 
 
 @triton.jit

@@ -1,8 +1,8 @@
 """GPU probe: how much of a small decode batch's step would GEMMs that carry their neighbours win back?
 
-    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m tools.fused_layer_probe --out fused.json
+    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m benchmark.probes.fused_layer_probe --out fused.json
 
-The step of tools/overlap_probe (28 layers of a Qwen3-0.6B shape from the engine's kernels, contexts spread as
+The step of benchmark/probes/overlap_probe (28 layers of a Qwen3-0.6B shape from the engine's kernels, contexts spread as
 the workload's) against the same step where three GEMMs of each layer carry a neighbour in their prologue:
 
 - residual add + RMSNorm before the QKV GEMM, and again before the gate/up GEMM: every program of the GEMM
@@ -27,8 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from tools.decode_balance_probe import time_us
-from tools.overlap_probe import DIM, ENGINE, HEADS, KV_HEADS, LAYERS, Half, step, weights
+from benchmark.probes.decode_balance_probe import time_us
+from benchmark.probes.overlap_probe import DIM, ENGINE, HEADS, KV_HEADS, LAYERS, Half, step, weights
 
 
 @triton.jit
@@ -123,7 +123,7 @@ def best_tile(fn) -> tuple[tuple, float]:
 
 
 def fused_step(half: Half, w: list[dict], cos, sin, tiles: dict) -> torch.Tensor:
-    """The step of tools.overlap_probe with the three GEMMs carrying their neighbours."""
+    """The step of benchmark.probes.overlap_probe with the three GEMMs carrying their neighbours."""
     b = half.batch
     h, r = half.x, torch.zeros_like(half.x)
     for lw in w:

@@ -1,7 +1,7 @@
 """Probe for chapter 25: what a grammar costs per decode step, with 0, half or all rows of a batch constrained.
 
-    python -m tools.grammar_probe --out grammar.json                 # SmolLM2-135M on the CPU
-    python -m tools.grammar_probe --out grammar.json --device cuda --batch 8 64 256 --overlap \
+    python -m benchmark.probes.grammar_probe --out grammar.json                 # SmolLM2-135M on the CPU
+    python -m benchmark.probes.grammar_probe --out grammar.json --device cuda --batch 8 64 256 --overlap \
         --model build/bench/qwen3-0.6b-random                        # chapter 22's model: 151,936 ids
 
 Runs on the final reference tree. A batch of --batch requests decodes --tokens tokens each; the constrained rows

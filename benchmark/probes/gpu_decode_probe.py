@@ -1,7 +1,7 @@
 """GPU probe: output tokens/s of LLM.generate per attention backend, overlap scheduling on and off, CUDA graphs on
 and off, on a Qwen3-0.6B-shaped model with random bf16 weights (generated on the GPU, nothing downloaded).
 
-    python -m tools.gpu_decode_probe [--batches 1 16 64] [--prompt 128] [--tokens 64]
+    python -m benchmark.probes.gpu_decode_probe [--batches 1 16 64] [--prompt 128] [--tokens 64]
 
 A maintainers' tool for the book's GPU numbers (chapters 11 and 17), run on the final reference tree;
 chapter 22's `make bench` is the full benchmark, and makes the same model.

@@ -2,7 +2,7 @@
 spread as the benchmark workload's do, by number of split-K slices, with the requests' programs started in batch
 order and longest first: does an uneven batch leave SMs idle, and does the order win it back?
 
-    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m tools.decode_balance_probe --out balance.json
+    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m benchmark.probes.decode_balance_probe --out balance.json
 
 One layer's attention of a Qwen3-0.6B shape (16 query heads, 8 KV heads, head_dim 128, bf16), pages of 256 slots
 scattered over the cache; times are medians of CUDA-graph replays. GB/s counts the keys and values read.

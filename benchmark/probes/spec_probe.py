@@ -1,7 +1,7 @@
 """Probe for chapter 26: what speculative decoding buys, by batch size, against decoding without it.
 
-    python -m tools.spec_probe --out spec.json                              # SmolLM2 on the CPU: none, ngram, draft
-    python -m tools.spec_probe --out spec.json --device cuda --dtype bfloat16 --batch 1 8 64 \
+    python -m benchmark.probes.spec_probe --out spec.json                              # SmolLM2 on the CPU: none, ngram, draft
+    python -m benchmark.probes.spec_probe --out spec.json --device cuda --dtype bfloat16 --batch 1 8 64 \
         --model build/bench/qwen3-0.6b-random --methods none ngram replay  # chapter 22's model on a GPU
 
 Runs on the final reference tree. A batch of --batch requests generates --tokens tokens each (ignore_eos, greedy);

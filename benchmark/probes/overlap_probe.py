@@ -1,6 +1,6 @@
 """GPU probe: would running a decode batch as two halves on two CUDA streams hide the small kernels behind attention?
 
-    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m tools.overlap_probe --out overlap.json
+    PYTHONPATH=$(python -m tools.course tree 26 --sol):. python -m benchmark.probes.overlap_probe --out overlap.json
 
 A decode step of a Qwen3-0.6B shape (28 layers of residual add + RMSNorm, the QKV GEMM, q/k norm + RoPE, the KV
 store, paged attention, the o GEMM, add + RMSNorm, the gate/up GEMM, SiLU-and-mul and the down GEMM; the LM head left
@@ -15,7 +15,7 @@ fusing the store into the q/k norm + RoPE kernel could save), and with the atten
 (Triton's default 3 pipeline stages) or 128 keys per block in 2 stages at every batch size.
 
     PYTHONPATH=$(python -m tools.course tree 26 --sol):. \
-        python -m tools.overlap_probe --variants --batches 8 32 64 128 256
+        python -m benchmark.probes.overlap_probe --variants --batches 8 32 64 128 256
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from minisgl.kernel.triton.attention import longest_first, paged_decode_attentio
 from minisgl.kernel.triton.norm import fused_add_rms_norm
 from minisgl.kernel.triton.rope import qk_norm_rope
 from minisgl.kernel.triton.store import store_kv
-from tools.decode_balance_probe import batch_case, time_us
+from benchmark.probes.decode_balance_probe import batch_case, time_us
 
 HIDDEN, HEADS, KV_HEADS, DIM, INTER, LAYERS = 1024, 16, 8, 128, 3072, 28
 

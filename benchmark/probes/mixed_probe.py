@@ -1,7 +1,7 @@
 """Probe for chapter 21: mixed prefill + decode batches off and on, on two scenarios.
 
-    python -m tools.mixed_probe --out mixed.json                  # on a GPU: the H200 numbers of the page
-    python -m tools.mixed_probe --out mixed.json --quick          # on a CPU: tiny-qwen3, a few seconds
+    python -m benchmark.probes.mixed_probe --out mixed.json                  # on a GPU: the H200 numbers of the page
+    python -m benchmark.probes.mixed_probe --out mixed.json --quick          # on a CPU: tiny-qwen3, a few seconds
 
 Runs on the final reference tree (chapter 22's benchmark package). Each scenario runs with
 enable_mixed_chunk off, then on, in the best configuration of chapter 22 (`ours`: attention backend `auto`,
