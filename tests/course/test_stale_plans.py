@@ -3,6 +3,7 @@ built", "not yet written" (or the Chinese 计划中 / 尚未) next to the number
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -37,8 +38,9 @@ def stale_mentions(text: str, chapters: set[int]) -> list[tuple[int, str]]:
 def _course_files() -> list[Path]:
     files = [ROOT / name for name in TOP_FILES if (ROOT / name).is_file()]
     for top in ROOTS:
-        files += [p for p in sorted((ROOT / top).rglob("*"))
-                  if p.is_file() and p.suffix in SUFFIXES and not SKIPPED_PARTS & set(p.relative_to(ROOT).parts)]
+        for folder, subfolders, names in os.walk(ROOT / top):
+            subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_PARTS)  # never walk vendored assets
+            files += [Path(folder) / n for n in sorted(names) if Path(n).suffix in SUFFIXES]
     return [p for p in files if p != Path(__file__).resolve()]
 
 
