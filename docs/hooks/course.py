@@ -93,6 +93,7 @@ STRINGS = {
         "no tags": "none",
         "explanation": "Explanation", "no explanation": "_No explanation yet._",
         "glossary head": "| English | 中文 | meaning |",
+        "permalink": "Permanent link",
     },
     "zh": {
         "starting point": "{path}（你的起点）",
@@ -119,6 +120,7 @@ STRINGS = {
         "no tags": "无",
         "explanation": "讲解", "no explanation": "_暂无讲解。_",
         "glossary head": "| 中文 | English | 含义 |",
+        "permalink": "永久链接",
     },
 }
 LANGUAGES = tuple(STRINGS)
@@ -796,9 +798,20 @@ def _breakable(cell: re.Match) -> str:
     return cell.group(1) + CODE_SPAN.sub(wbr, cell.group(2)) + cell.group(3)
 
 
+def _permalink_title(config) -> str:
+    """The title the toc extension gives each heading's anchor link (the same in every language)."""
+    toc = (config.get("mdx_configs") or {}).get("toc") or {}
+    return toc.get("permalink_title", "Permanent link")
+
+
 def on_page_content(html, page, config, files, **kwargs):
-    """Identifiers in table cells break at / . _ only; a plot (a PNG image) links to itself, full size."""
+    """Identifiers in table cells break at / . _ only; a plot (a PNG image) links to itself, full size; a
+    heading's anchor link is titled in the page's language."""
     html = TABLE_CODE.sub(_breakable, html)
+    lang = page_language(page.file.src_uri)
+    if lang != "en":
+        anchor = re.compile(r'(class="headerlink" href="#[^"]*" title=)"' + re.escape(_permalink_title(config)) + '"')
+        html = anchor.sub(lambda m: f'{m.group(1)}"{say(lang, "permalink")}"', html)
     return PLOT.sub(lambda m: f'<a class="course-plot" href="{m.group("src")}">{m.group(0)}</a>', html)
 
 

@@ -36,6 +36,20 @@ def test_every_english_page_has_a_chinese_twin():
         assert reason.strip(), f"{page} is listed as English only without a reason"
 
 
+def test_every_chinese_twin_has_one_stamp_line():
+    """A second stamp-like line (an old or hand-made one) stays in the page, before its title, where the hook
+    strips only the first."""
+    extra = []
+    for page in PAGES:
+        chinese = ROOT / i18n.twin(page)
+        if chinese.is_file():
+            lines = [n for n, line in i18n.prose_lines(chinese.read_text(encoding="utf-8"))
+                     if line.startswith("<!-- translation of ")]
+            if len(lines) > 1:
+                extra.append(f"{i18n.twin(page)}: stamp lines at {lines}")
+    assert not extra, "Chinese pages with more than one stamp line:\n" + "\n".join(extra)
+
+
 def test_every_chinese_twin_translates_the_current_english_page():
     stale = [s.english for s in map(i18n.pair_state, PAGES) if s.state == "stale"]
     assert not stale, (f"{len(stale)} Chinese pages translate an older version of their English page:\n"
