@@ -453,14 +453,23 @@ def _split_blocks_keep(text: str):
 # ------------------------------------------------------------------------------------------ glossary
 
 
-def glossary(path: Path = GLOSSARY) -> list[dict]:
-    """The glossary's entries: en, zh, avoid (list), en_note, zh_note."""
+def glossary_topics(path: Path = GLOSSARY) -> list[dict]:
+    """The glossary's topics, in order: id, en, zh (the topic's title) and terms (each as `glossary()` gives)."""
     import yaml
 
-    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for e in entries:
-        e.setdefault("avoid", [])
-    return entries
+    topics = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for topic in topics:
+        for e in topic["terms"]:
+            e.setdefault("avoid", [])
+            e.setdefault("others", [])
+            e["topic"] = topic["id"]
+    return topics
+
+
+def glossary(path: Path = GLOSSARY) -> list[dict]:
+    """The glossary's entries, topic by topic: en, zh, avoid (renderings the Chinese pages must not use),
+    others (renderings met elsewhere, shown on the glossary page), en_note, zh_note, topic (its id)."""
+    return [e for topic in glossary_topics(path) for e in topic["terms"]]
 
 
 def prose_lines(text: str):

@@ -86,12 +86,22 @@ def test_the_glossary_check_reads_prose_not_code():
 
 
 def test_glossary_is_well_formed():
+    topics = i18n.glossary_topics()
+    for topic in topics:
+        for key in ("id", "en", "zh"):
+            assert str(topic.get(key, "")).strip(), f"glossary topic {topic.get('id')!r} has no {key}"
+        assert re.fullmatch(r"[a-z][a-z-]*", topic["id"]), f"topic id {topic['id']!r} is not a heading id"
+        assert topic["terms"], f"glossary topic {topic['id']!r} has no terms"
+    ids = [t["id"] for t in topics]
+    assert len(ids) == len(set(ids)), f"glossary topic ids listed twice: {ids}"
     entries = i18n.glossary()
     assert len(entries) >= 50, f"only {len(entries)} glossary entries"
     for e in entries:
         for key in ("en", "zh", "en_note", "zh_note"):
             assert str(e.get(key, "")).strip(), f"glossary entry {e.get('en')!r} has no {key}"
         assert not any(word in str(e["zh"]) for word in e["avoid"]), f"{e['en']!r}: its own rendering is avoided"
+        assert isinstance(e["others"], list) and str(e["zh"]) not in map(str, e["others"]), \
+            f"{e['en']!r}: `others` must list renderings other than its own ({e['zh']!r}), got {e['others']!r}"
     for key in ("en", "zh"):
         seen = [str(e[key]) for e in entries]
         assert len(seen) == len(set(seen)), f"glossary terms listed twice ({key}): " \
