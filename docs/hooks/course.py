@@ -11,7 +11,7 @@ admonition or a content tab; the expansion keeps the indentation):
     ::output <slug>                               docs/outputs/<slug>.txt (made by `make outputs`)
     ::problems [N]                                the practice problems (all, or chapter N's), each
                                                    title linked to its page
-    ::glossary                                    the glossary's table (docs/glossary.yml)
+    ::glossary                                    the glossary (docs/glossary.yml): a table per topic
 
 Two languages (mkdocs-static-i18n builds English at / and Chinese at /zh/): on a Chinese page
 (`*.zh.md`) every label the hook writes is Chinese, the problem tables and pages take their text from
