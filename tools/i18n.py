@@ -18,6 +18,12 @@ change and stamps it again:
 PAGE may name either page of a pair. `structure()` and `compare()` say what the pair must share (code
 blocks, directives, math, links, headings, admonitions, table numbers, inline code, numbers); the
 course's tests (tests/course/test_i18n.py) and the book's hook (heading ids) use them.
+
+Three things inside code and math are prose and get translated: the `#` comments of shell blocks
+(bash, sh, shell, console), the words of a `text` block (a diagram; program output and data go in
+`output` blocks, compared byte for byte) and the `\text{...}` labels of math. What stays compared there
+is everything else: the commands, and in a diagram or a label its numbers, identifiers (`cached_len`,
+`UserMsg`), one-letter names and drawing symbols, in order.
 """
 
 from __future__ import annotations
@@ -161,6 +167,67 @@ class Structure:
     numbers: dict[str, int] = field(default_factory=dict)  # number in prose -> count
 
 
+SHELL = {"bash", "sh", "shell", "console", "zsh"}
+DIAGRAM = "text"
+CJK_RUN = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]+")
+# A diagram's or a label's tokens: numbers, names (words, identifiers), or one symbol.
+TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[A-Za-z_](?:\w|\.(?=\w))*(?:['\u2019-][A-Za-z]+)*|\S", re.A)
+PUNCTUATION = set(",.;:!?()'\"`\u2018\u2019\u201c\u201d")  # prose punctuation, which a translation makes full-width
+TEXT_LABEL = re.compile(r"\\text(?:rm|bf|it|sf)?\{(?P<label>(?:[^{}]|\{[^{}]*\})*)\}")
+
+
+def _is_word(token: str) -> bool:
+    """A prose word (translated), as opposed to a name that stays: an identifier (`cached_len`, `tok1`,
+    `UserMsg`, `KiB`) or a one-letter name (`A`, `j`, `P`)."""
+    if len(token) < 2 or not token[0].isalpha() or re.search(r"[\d_]|\.\w", token):
+        return False
+    letters = token.replace("'", "").replace("\u2019", "").replace("-", "")
+    return not (any(c.isupper() for c in letters[1:]) and any(c.islower() for c in letters))
+
+
+def fixed_tokens(text: str) -> list[str]:
+    """What a diagram or a math label must keep in every language: its tokens in order, less its prose
+    words, its Chinese text and its prose punctuation (half- or full-width)."""
+    text = CJK_RUN.sub(" ", text.replace("\\_", "_"))
+    return [t for t in TOKEN.findall(text) if t not in PUNCTUATION and not _is_word(t)]
+
+
+def strip_shell_comments(script: str) -> str:
+    """A shell script without its `#` comments (a `#` that starts a word outside quotes); a line that was
+    only a comment goes, so a comment may take more or fewer lines in a translation."""
+    out = []
+    for line in script.splitlines():
+        quote, cut = "", None
+        for i, c in enumerate(line):
+            if quote:
+                if c == quote and (quote == "'" or line[i - 1] != "\\"):
+                    quote = ""
+            elif c in "'\"" and (i == 0 or line[i - 1] != "\\"):
+                quote = c
+            elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+                cut = i
+                break
+        if cut is None:
+            out.append(line)
+        elif line[:cut].strip():
+            out.append(line[:cut].rstrip())
+    return "\n".join(out)
+
+
+def _compared_code(lang: str, body: str) -> str:
+    """The part of a code block that the translation keeps as it is."""
+    if lang in SHELL:
+        return strip_shell_comments(body)
+    if lang == DIAGRAM:
+        return "\n".join(fixed_tokens(body))
+    return body
+
+
+def _compared_math(math: str) -> str:
+    """Math with each \\text{...} label reduced to what it must keep (its numbers and names)."""
+    return TEXT_LABEL.sub(lambda m: "\\text{" + " ".join(fixed_tokens(m.group("label"))) + "}", math)
+
+
 ARROW = re.compile(r"-->|==>|-\.->|---|-\.-|~~~|->>|-->>|-\)|--x|--o|<-->")
 
 
@@ -236,7 +303,7 @@ def structure(text: str) -> Structure:
                 first = next((ln.strip() for ln in body.splitlines() if ln.strip()), "")
                 s.mermaid.append((first, len(ARROW.findall(body))))
             else:
-                s.code.append((TITLE_ATTR.sub("", info), body))
+                s.code.append((TITLE_ATTR.sub("", info), _compared_code(lang, body)))
             continue
         line = block[1]
         if DIRECTIVE.match(line):
@@ -259,9 +326,9 @@ def structure(text: str) -> Structure:
             table = None
         prose.append(line)
     body = "\n".join(prose)
-    s.math = [m.strip() for m in MATH_BLOCK.findall(body)]
+    s.math = [_compared_math(m.strip()) for m in MATH_BLOCK.findall(body)]
     body = MATH_BLOCK.sub(" ", body)
-    s.math += [m.strip() for m in MATH_INLINE.findall(body)]
+    s.math += [_compared_math(m.strip()) for m in MATH_INLINE.findall(body)]
     body = MATH_INLINE.sub(" ", body)
     s.links = sorted(m.group("target") for m in LINK.finditer(body))
     s.inline_code = {" ".join(m.group("code").split()) for m in INLINE_CODE.finditer(body)}
@@ -386,14 +453,41 @@ def _split_blocks_keep(text: str):
 # ------------------------------------------------------------------------------------------ glossary
 
 
-def glossary(path: Path = GLOSSARY) -> list[dict]:
-    """The glossary's entries: en, zh, avoid (list), en_note, zh_note."""
+def glossary_topics(path: Path = GLOSSARY) -> list[dict]:
+    """The glossary's topics, in order: id, en, zh (the topic's title) and terms (each as `glossary()` gives)."""
     import yaml
 
-    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for e in entries:
-        e.setdefault("avoid", [])
-    return entries
+    topics = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for topic in topics:
+        for e in topic["terms"]:
+            e.setdefault("avoid", [])
+            e.setdefault("others", [])
+            e["topic"] = topic["id"]
+    return topics
+
+
+def glossary(path: Path = GLOSSARY) -> list[dict]:
+    """The glossary's entries, topic by topic: en, zh, avoid (renderings the Chinese pages must not use),
+    others (renderings met elsewhere, shown on the glossary page), en_note, zh_note, topic (its id)."""
+    return [e for topic in glossary_topics(path) for e in topic["terms"]]
+
+
+def prose_lines(text: str):
+    """(line number, text) of each line a translator writes: every line but those of code blocks that stay
+    English (a shell block's comments, a `text` diagram and a mermaid diagram are written in the page's
+    language, so their lines count), with inline code blanked."""
+    n = 0
+    for block in _fenced(text):
+        if isinstance(block, str):
+            n += 1
+            yield n, INLINE_CODE.sub(" ", block)
+            continue
+        m, lines = block
+        lang = (m.group("info").split() or [""])[0]
+        for line in lines:
+            n += 1
+            if lang in SHELL | {DIAGRAM, "mermaid"}:
+                yield n, line
 
 
 # ------------------------------------------------------------------------------------------ commands

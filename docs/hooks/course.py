@@ -11,7 +11,7 @@ admonition or a content tab; the expansion keeps the indentation):
     ::output <slug>                               docs/outputs/<slug>.txt (made by `make outputs`)
     ::problems [N]                                the practice problems (all, or chapter N's), each
                                                    title linked to its page
-    ::glossary                                    the glossary's table (docs/glossary.yml)
+    ::glossary                                    the glossary (docs/glossary.yml): a table per topic
 
 Two languages (mkdocs-static-i18n builds English at / and Chinese at /zh/): on a Chinese page
 (`*.zh.md`) every label the hook writes is Chinese, the problem tables and pages take their text from
@@ -92,7 +92,8 @@ STRINGS = {
                 "Locally: `python practice/judge.py start {id}`, then `python practice/judge.py {id}`."),
         "no tags": "none",
         "explanation": "Explanation", "no explanation": "_No explanation yet._",
-        "glossary head": "| English | 中文 | meaning |",
+        "glossary head": "| English | 中文 | other Chinese renderings | meaning |",
+        "permalink": "Permanent link",
     },
     "zh": {
         "starting point": "{path}（你的起点）",
@@ -118,7 +119,8 @@ STRINGS = {
                 "本地评测：先 `python practice/judge.py start {id}`，再 `python practice/judge.py {id}`。"),
         "no tags": "无",
         "explanation": "讲解", "no explanation": "_暂无讲解。_",
-        "glossary head": "| 中文 | English | 含义 |",
+        "glossary head": "| 中文 | English | 别处常见的译法 | 含义 |",
+        "permalink": "永久链接",
     },
 }
 LANGUAGES = tuple(STRINGS)
@@ -452,15 +454,24 @@ def render_problems(chapter: int | None = None, page_dir: str = PRACTICE_DIR, la
 
 
 def render_glossary(lang: str = "en") -> str:
-    """The glossary (docs/glossary.yml) as a table: English pages lead with the English term, Chinese ones
-    with the Chinese."""
+    """The glossary (docs/glossary.yml): one table per topic, under a heading that has the topic's id in both
+    languages. English pages lead with the English term, Chinese ones with the Chinese; a third column lists
+    the renderings a reader meets in other Chinese material."""
     from tools import i18n
 
-    rows = [say(lang, "glossary head"), "|---|---|---|"]
-    for e in i18n.glossary():
-        cells = (e["en"], e["zh"], e["en_note"]) if lang == "en" else (e["zh"], e["en"], e["zh_note"])
-        rows.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return '<div class="course-glossary" markdown>\n\n' + "\n".join(rows) + "\n\n</div>\n"
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|")
+
+    out = []
+    for topic in i18n.glossary_topics():
+        rows = [say(lang, "glossary head"), "|---|---|---|---|"]
+        for e in topic["terms"]:
+            others = "、".join(map(str, e["others"])) or "—"
+            cells = ((e["en"], e["zh"], others, e["en_note"]) if lang == "en"
+                     else (e["zh"], e["en"], others, e["zh_note"]))
+            rows.append("| " + " | ".join(map(cell, cells)) + " |")
+        out.append(f"## {topic[lang]} {{ #{topic['id']} }}\n\n" + "\n".join(rows))
+    return '<div class="course-glossary" markdown>\n\n' + "\n\n".join(out) + "\n\n</div>\n"
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -606,7 +617,8 @@ JIEBA_WORDS = ROOT / "build" / "jieba-words.txt"
 
 def _jieba_words(config) -> None:
     """Give jieba (Material's Chinese search segmentation) the glossary's Chinese terms as words, so a search
-    for 分块 or 基数树 finds its pages: without them jieba may cut a term into pieces no query matches."""
+    for 分块 or 基数树 finds its pages: without them jieba may cut a term into pieces no query matches. The
+    renderings other material uses (推测解码, KV 缓存) are words too: a search for one finds the glossary."""
     from tools import i18n
 
     search = config.plugins.get("material/search") or config.plugins.get("search")
@@ -614,7 +626,7 @@ def _jieba_words(config) -> None:
         return
     words: list[str] = []
     for entry in i18n.glossary():
-        for part in re.split(r"[/（）()、\s]", str(entry["zh"])):
+        for part in re.split(r"[/（）()、：\s]", " ".join(map(str, [entry["zh"], *entry["others"]]))):
             part = part.strip()
             if re.search(r"[\u4e00-\u9fff]", part) and part not in words:
                 words.append(part)
@@ -796,9 +808,20 @@ def _breakable(cell: re.Match) -> str:
     return cell.group(1) + CODE_SPAN.sub(wbr, cell.group(2)) + cell.group(3)
 
 
+def _permalink_title(config) -> str:
+    """The title the toc extension gives each heading's anchor link (the same in every language)."""
+    toc = (config.get("mdx_configs") or {}).get("toc") or {}
+    return toc.get("permalink_title", "Permanent link")
+
+
 def on_page_content(html, page, config, files, **kwargs):
-    """Identifiers in table cells break at / . _ only; a plot (a PNG image) links to itself, full size."""
+    """Identifiers in table cells break at / . _ only; a plot (a PNG image) links to itself, full size; a
+    heading's anchor link is titled in the page's language."""
     html = TABLE_CODE.sub(_breakable, html)
+    lang = page_language(page.file.src_uri)
+    if lang != "en":
+        anchor = re.compile(r'(class="headerlink" href="#[^"]*" title=)"' + re.escape(_permalink_title(config)) + '"')
+        html = anchor.sub(lambda m: f'{m.group(1)}"{say(lang, "permalink")}"', html)
     return PLOT.sub(lambda m: f'<a class="course-plot" href="{m.group("src")}">{m.group(0)}</a>', html)
 
 

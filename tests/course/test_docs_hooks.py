@@ -408,3 +408,49 @@ def test_a_chinese_page_gets_chinese_labels_and_the_same_code(repo):
     assert "make check CH=1" in folded and "chapters/ch01_core/minisgl/core.py" in folded, folded
     assert re.findall(r"```python.*?```", en, re.S)[0].split("\n", 1)[1] == \
         re.findall(r"```python.*?```", zh, re.S)[0].split("\n", 1)[1], "the code itself is the same in both languages"
+
+
+GLOSSARY = """\
+- id: memory
+  en: Memory
+  zh: 显存
+  terms:
+    - en: KV cache
+      zh: KV cache
+      avoid: [KV 缓存]
+      others: [KV 缓存, 键值缓存]
+      en_note: the keys and values of computed tokens
+      zh_note: 已算过的 token 的 key 和 value
+    - en: page table
+      zh: 页表
+      en_note: per request row, the slot of each position
+      zh_note: 每个请求一行，记着每个位置的槽位
+- id: speculative
+  en: Speculative decoding
+  zh: 投机解码
+  terms:
+    - en: speculative decoding
+      zh: 投机解码
+      avoid: [推测解码]
+      others: [推测解码]
+      en_note: a cheap guess the model checks in one pass
+      zh_note: 先便宜地猜，再让模型一次验证
+"""
+
+
+def test_the_glossary_is_grouped_by_topic_with_other_renderings(tmp_path, monkeypatch):
+    from tools import i18n
+
+    path = tmp_path / "glossary.yml"
+    path.write_text(GLOSSARY, encoding="utf-8")
+    monkeypatch.setattr(i18n, "GLOSSARY", path)
+    monkeypatch.setattr(i18n.glossary_topics, "__defaults__", (path,))
+    en, zh = hook.render_glossary("en"), hook.render_glossary("zh")
+    for page, titles in ((en, ("Memory", "Speculative decoding")), (zh, ("显存", "投机解码"))):
+        headings = re.findall(r"^## (.+?) \{ #([a-z-]+) \}$", page, re.M)
+        assert headings == [(titles[0], "memory"), (titles[1], "speculative")], f"topic headings: {headings}"
+        rows = [line for line in page.splitlines() if line.startswith("|") and "---" not in line]
+        assert all(line.count(" | ") == 3 for line in rows), f"a row without four columns: {rows}"
+    assert "| KV cache | KV cache | KV 缓存、键值缓存 | the keys and values of computed tokens |" in en, en
+    assert "| 投机解码 | speculative decoding | 推测解码 | 先便宜地猜，再让模型一次验证 |" in zh, zh
+    assert "| 页表 | page table | — |" in zh, "a term without other renderings shows a dash"

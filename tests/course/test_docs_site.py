@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -460,7 +462,8 @@ def test_the_language_switcher_lands_on_the_same_page(built_site: Path, site_ser
 
 
 SEARCHES = {"分块": "zh/chapters/ch10_chunked_prefill/", "基数树": "zh/chapters/ch09_radix_cache/",
-            "重叠调度": "zh/chapters/ch11_overlap/", "chunked prefill": "chapters/ch10_chunked_prefill/"}
+            "重叠调度": "zh/chapters/ch11_overlap/", "chunked prefill": "chapters/ch10_chunked_prefill/",
+            "推测解码": "zh/glossary/"}  # another rendering of 投机解码: the glossary lists it
 
 
 @pytest.mark.browser
@@ -475,3 +478,41 @@ def test_search_finds_chinese_and_english_terms(built_site: Path, site_server: s
                                  ".map(a => new URL(a.href).pathname)")
             pages = list(dict.fromkeys(hits))[:5]  # the first five pages the results list
             assert f"/{expected}" in pages, f"search {query!r}: {expected} is not among the first pages found {pages}"
+
+
+FULL_WIDTH = "，。：；、！？（）「」『』《》【】〈〉“”‘’…—·"
+
+
+def test_search_splits_chinese_text_at_full_width_punctuation(built_site: Path):
+    """jieba marks the words of each Chinese run (Han characters only); the index's separator must cut at the
+    full-width punctuation between them, or 'prefill，' is indexed as a word that no query for prefill matches."""
+    index = json.loads((built_site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    separator = re.compile(index["config"]["separator"])  # the browser's tokenizer uses the same pattern
+    docs = [d for d in index["docs"] if d["location"].startswith("zh/")]
+    assert len(docs) > 100, f"only {len(docs)} Chinese sections in the search index"
+    tokens = Counter(t for d in docs for t in separator.split(f"{d['title']} {d['text']}") if t)
+    glued = sorted((t for t in tokens if any(c in FULL_WIDTH for c in t)), key=lambda t: -tokens[t])
+    assert not glued, f"{len(glued)} indexed Chinese tokens keep full-width punctuation, e.g. {glued[:10]}"
+    for word in ("prefill", "分块", "前缀缓存", "token"):
+        assert tokens[word] > 0, f"{word!r} is not a token of the Chinese index"
+    query = [t for t in separator.split("分块 prefill（chunk）：准入控制，页表") if t]
+    assert query == ["分块", "prefill", "chunk", "准入控制", "页表"], f"a Chinese query splits into {query}"
+
+
+UI_TEXT = re.compile(r'\b(?:title|aria-label|placeholder|alt)="(?P<text>[^"]*[A-Za-z]{3,}[^"]*)"')
+
+
+def test_chinese_pages_carry_no_english_theme_strings(built_site: Path):
+    """The theme's labels (the palette switch, heading anchors, the footer) are Chinese on a Chinese page: no
+    tooltip or label of an English page shows up unchanged on its Chinese twin."""
+    leaked: Counter = Counter()
+    for page in _english_pages(built_site):
+        twin = _zh_twin(built_site, page)
+        if not twin.is_file():
+            continue
+        english = {m.group("text") for m in UI_TEXT.finditer(page.read_text(encoding="utf-8"))}
+        chinese = twin.read_text(encoding="utf-8")
+        leaked.update(m.group("text") for m in UI_TEXT.finditer(chinese) if m.group("text") in english)
+        if "Made with" in chinese:
+            leaked["Made with (footer)"] += 1
+    assert not leaked, f"English theme strings on Chinese pages (label: pages): {dict(leaked.most_common(10))}"

@@ -2,7 +2,8 @@
 
 Every English page (the book's pages, each practice problem's problem.md, README.md, CONTRIBUTING.md) has a
 Chinese twin that records the English version it translates; the pair shares its code, directives, math,
-links, inline code, numbers, table numbers, headings and admonitions; the Chinese pages follow the glossary.
+links, inline code, numbers, table numbers, headings and admonitions (a shell block's comments, a `text` diagram's
+words and math's \\text{...} labels are prose, translated); the Chinese pages follow the glossary.
 The last tests check the checker itself on small pages, so each rule is known to be able to fail.
 """
 
@@ -35,6 +36,20 @@ def test_every_english_page_has_a_chinese_twin():
         assert reason.strip(), f"{page} is listed as English only without a reason"
 
 
+def test_every_chinese_twin_has_one_stamp_line():
+    """A second stamp-like line (an old or hand-made one) stays in the page, before its title, where the hook
+    strips only the first."""
+    extra = []
+    for page in PAGES:
+        chinese = ROOT / i18n.twin(page)
+        if chinese.is_file():
+            lines = [n for n, line in i18n.prose_lines(chinese.read_text(encoding="utf-8"))
+                     if line.startswith("<!-- translation of ")]
+            if len(lines) > 1:
+                extra.append(f"{i18n.twin(page)}: stamp lines at {lines}")
+    assert not extra, "Chinese pages with more than one stamp line:\n" + "\n".join(extra)
+
+
 def test_every_chinese_twin_translates_the_current_english_page():
     stale = [s.english for s in map(i18n.pair_state, PAGES) if s.state == "stale"]
     assert not stale, (f"{len(stale)} Chinese pages translate an older version of their English page:\n"
@@ -57,20 +72,36 @@ def test_chinese_pages_follow_the_glossary():
         chinese = ROOT / i18n.twin(page)
         if not chinese.is_file() or page.as_posix() == "docs/glossary.md":
             continue
-        for n, line in enumerate(chinese.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in i18n.prose_lines(chinese.read_text(encoding="utf-8")):
             for e in entries:
                 found += [f"{i18n.twin(page)}:{n}: {word!r} (the glossary writes {e['en']!r} as {e['zh']!r})"
                           for word in e["avoid"] if word in line]
     assert not found, "renderings the glossary rules out:\n" + "\n".join(found)
 
 
+def test_the_glossary_check_reads_prose_not_code():
+    page = "用 `KV 缓存` 的名字\n```python\nx = 1  # KV 缓存\n```\n```bash\nmake run  # KV 缓存\n```\nKV 缓存\n"
+    lines = [n for n, line in i18n.prose_lines(page) if "KV 缓存" in line]
+    assert lines == [6, 8], f"lines the glossary check reads: expected the shell comment and the prose (6, 8), got {lines}"
+
+
 def test_glossary_is_well_formed():
+    topics = i18n.glossary_topics()
+    for topic in topics:
+        for key in ("id", "en", "zh"):
+            assert str(topic.get(key, "")).strip(), f"glossary topic {topic.get('id')!r} has no {key}"
+        assert re.fullmatch(r"[a-z][a-z-]*", topic["id"]), f"topic id {topic['id']!r} is not a heading id"
+        assert topic["terms"], f"glossary topic {topic['id']!r} has no terms"
+    ids = [t["id"] for t in topics]
+    assert len(ids) == len(set(ids)), f"glossary topic ids listed twice: {ids}"
     entries = i18n.glossary()
     assert len(entries) >= 50, f"only {len(entries)} glossary entries"
     for e in entries:
         for key in ("en", "zh", "en_note", "zh_note"):
             assert str(e.get(key, "")).strip(), f"glossary entry {e.get('en')!r} has no {key}"
         assert not any(word in str(e["zh"]) for word in e["avoid"]), f"{e['en']!r}: its own rendering is avoided"
+        assert isinstance(e["others"], list) and str(e["zh"]) not in map(str, e["others"]), \
+            f"{e['en']!r}: `others` must list renderings other than its own ({e['zh']!r}), got {e['others']!r}"
     for key in ("en", "zh"):
         seen = [str(e[key]) for e in entries]
         assert len(seen) == len(set(seen)), f"glossary terms listed twice ({key}): " \
@@ -172,6 +203,114 @@ def test_checker_names_what_differs(name):
     assert old in CHINESE, old
     problems = i18n.compare(ENGLISH, CHINESE.replace(old, new))
     assert any(p.startswith(expected) for p in problems), f"{name}: expected a problem about {expected!r}, got {problems}"
+
+
+# Shell comments, a diagram's words and math labels are prose: translated. The rest of them is not.
+ENGLISH_PROSE_IN_CODE = """Run it:
+
+```bash
+make run CH=10   # run chapter 10's example
+# then the chapter's tests
+make check CH=10 SOL=1
+echo "tag #1"
+```
+
+```text
+step      1        2
+A         d        d     one decode token each
+D      [0:16]   [16:32]+tok1
+tokens    19       4
+```
+
+```output
+served 3 requests, finish length
+```
+
+$$
+\\text{bytes per token} = 2 \\cdot \\text{cached\\_len}
+$$
+"""
+
+CHINESE_PROSE_IN_CODE = """运行：
+
+```bash
+make run CH=10   # 运行第 10 章的示例
+# 然后跑本章的测试，
+# 用参考实现
+make check CH=10 SOL=1
+echo "tag #1"
+```
+
+```text
+步        1        2
+A         d        d     每个请求各一个 decode token
+D      [0:16]   [16:32]+tok1
+token 数  19       4
+```
+
+```output
+served 3 requests, finish length
+```
+
+$$
+\\text{每个 token 的字节数} = 2 \\cdot \\text{cached\\_len}
+$$
+"""
+
+PROSE_IN_CODE_MUTATIONS = {
+    "a changed command beside a translated comment": ("make run CH=10   #", "make run CH=11   #", "code block 1"),
+    "a changed command option": ("make check CH=10 SOL=1", "make check CH=10", "code block 1"),
+    "a changed quoted #, which is no comment": ('echo "tag #1"', 'echo "tag #2"', "code block 1"),
+    "a dropped command": ("make check CH=10 SOL=1\n", "", "code block 1"),
+    "a changed number in a diagram": ("token 数  19", "token 数  18", "code block 2"),
+    "a changed name in a diagram": ("A         d        d", "B         d        d", "code block 2"),
+    "a changed identifier in a diagram": ("+tok1", "+tok2", "code block 2"),
+    "a translated program output": ("served 3 requests, finish length", "处理了 3 个请求，finish length", "code block 3"),
+    "a changed identifier in a math label": ("\\text{cached\\_len}", "\\text{device\\_len}", "math"),
+    "changed math beside a translated label": ("= 2 \\cdot", "= 4 \\cdot", "math"),
+}
+
+
+def test_checker_accepts_translated_comments_diagrams_and_labels():
+    assert i18n.compare(ENGLISH_PROSE_IN_CODE, CHINESE_PROSE_IN_CODE) == []
+
+
+@pytest.mark.parametrize("name", PROSE_IN_CODE_MUTATIONS)
+def test_checker_still_compares_commands_diagram_numbers_and_label_names(name):
+    old, new, expected = PROSE_IN_CODE_MUTATIONS[name]
+    assert old in CHINESE_PROSE_IN_CODE, old
+    problems = i18n.compare(ENGLISH_PROSE_IN_CODE, CHINESE_PROSE_IN_CODE.replace(old, new, 1))
+    assert any(p.startswith(expected) for p in problems), f"{name}: expected a problem about {expected!r}, got {problems}"
+
+
+def test_a_changed_command_on_any_page_is_caught():
+    """On every real pair: change the first command of the Chinese page's first shell block (one that has a
+    command), and the check names that block."""
+    tried = []
+    for page in PAGES:
+        chinese = ROOT / i18n.twin(page)
+        if not chinese.is_file():
+            continue
+        text = chinese.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for n, line in enumerate(lines):
+            fence = i18n.FENCE.match(line)
+            if not fence or fence.group("info").strip().split()[:1] not in ([lang] for lang in i18n.SHELL):
+                continue
+            body = next((k for k in range(n + 1, len(lines)) if lines[k].strip().startswith(fence.group("fence"))), n)
+            command = next((k for k in range(n + 1, body) if i18n.strip_shell_comments(lines[k]).strip()), None)
+            if command is None:
+                continue
+            raw = lines[command]
+            lead = len(raw) - len(raw.lstrip())
+            edited = raw[:lead] + (raw[lead:].replace(" ", " --changed ", 1) if " " in raw[lead:] else raw[lead:] + "x")
+            changed = lines[:command] + [edited] + lines[command + 1:]
+            problems = i18n.compare((ROOT / page).read_text(encoding="utf-8"), "\n".join(changed), page)
+            assert any(p.startswith("code block") for p in problems), \
+                f"{i18n.twin(page)}:{command + 1}: a changed command went unnoticed: {problems}"
+            tried.append(page)
+            break
+    assert len(tried) >= 20, f"only {len(tried)} pages have a shell block with a command: {tried}"
 
 
 def test_chinese_headings_get_their_english_ids():
