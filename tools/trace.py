@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tools.tree import BUILD, ROOT, get_chapter, reference_files
 from tools.trace_diff import engine_label, first_difference, signatures
+from tools.trace_recorder import TRACE_SCHEMA, TRACE_VERSION
 
 TRACES = BUILD / "traces"
 BOOK_TRACES = ROOT / "docs" / "assets" / "traces"
@@ -77,6 +78,11 @@ def load(path: Path) -> dict:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: not a trace file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != TRACE_SCHEMA:
+        raise ValueError(f"{path}: not a trace file (no \"schema\": \"{TRACE_SCHEMA}\")")
+    if doc.get("version") != TRACE_VERSION:
+        raise ValueError(f"{path}: a trace of version {doc.get('version')}; this course reads version {TRACE_VERSION} "
+                         "(record it again with `make trace`)")
     errors = validate(doc)
     if errors:
         raise ValueError(f"{path}: " + "; ".join(errors[:3]))

@@ -52,7 +52,7 @@ def tree_shape(nodes: list) -> Any:
         children.setdefault(node[1], []).append(node)
 
     def shape(nid: int) -> tuple:
-        kids = sorted((node[2], node[3], node[5], shape(node[0])) for node in children.get(nid, []))
+        kids = sorted((node[2], node[3], node[4], shape(node[0])) for node in children.get(nid, []))
         return tuple(kids)
 
     return shape(0)

@@ -112,6 +112,8 @@ class EngineRecorder:
         self.rows: dict[int, tuple] = {}  # uid -> (table row, shared prefix, pages) at the last step
         self.row_owner: dict[int, int] = {}  # table row -> uid of the request in it
         self.last_tree: list | None = None
+        self.last_pages: dict[int, list] = {}
+        self.last_lru: dict[int, int] = {}
         self.node_ids: dict[int, tuple[int, Any]] = {}  # id(node) -> (stable id, node kept alive)
         self.forward_ms = 0.0
         cache = sched.cache_manager
@@ -218,10 +220,10 @@ class EngineRecorder:
     def _around_alloc(self, original, reqs, *args, **kwargs):
         spans = [(r, r.cached_len, r.device_len) for r in reqs]
         out = original(reqs, *args, **kwargs)
-        for req, first, last in spans:
-            pages = self._row_pages(req.table_idx, first, last, fresh=True)
-            if pages:
-                self.event("alloc", uid=int(req.uid), pages=runs(pages))
+        given = [[int(req.uid), runs(pages)] for req, first, last in spans
+                 if (pages := self._row_pages(req.table_idx, first, last, fresh=True))]
+        if given:
+            self.event("alloc", to=given)
         return out
 
     def _around_free(self, original, slots, *args, **kwargs):
@@ -383,9 +385,7 @@ class EngineRecorder:
         state = {"waiting": waiting, "running": running, "pages": changed,
                  "free": (int(cache.available_size) - evictable) // self.page_size}
         if self.tree is not None:
-            tree = self._tree()
-            if tree != self.last_tree:
-                state["tree"] = self.last_tree = tree
+            state.update(self._tree_changes())
         return state
 
     def _row_change(self, uid: int, new: tuple) -> list:
@@ -426,19 +426,31 @@ class EngineRecorder:
             self.node_ids[id(node)] = (len(self.node_ids) + 1, node)
         return self.node_ids[id(node)][0]
 
-    def _tree(self) -> list[list]:
-        """Every node but the root, parents first: [id, parent id, tokens, ref count, pages, first tokens,
-        last access]."""
-        out = []
+    def _tree_changes(self) -> dict:
+        """The radix tree as changes since the step before: "tree" (every node but the root, parents first:
+        [id, parent id, tokens, ref count, first tokens]) when a node came, went or changed its lock count;
+        "tree_pages" ({id: page runs}) for nodes whose pages are new or changed (a split cuts a node's pages);
+        "lru" ({id: last access}) for nodes touched since."""
+        nodes, pages, lru = [], {}, {}
         stack = [(n, 0) for n in self.tree.root.children.values()]
         while stack:
             node, parent = stack.pop(0)
             nid = self._node_id(node)
-            pages = [s // self.page_size for s in node.value[:: self.page_size].tolist()]
-            out.append([nid, parent, len(node.key), int(node.ref_count), runs(pages),
-                        [int(t) for t in list(node.key[:4])], int(getattr(node, "last_access", 0))])
+            nodes.append([nid, parent, len(node.key), int(node.ref_count), [int(t) for t in list(node.key[:4])]])
+            pages[nid] = runs([s // self.page_size for s in node.value[:: self.page_size].tolist()])
+            lru[nid] = int(getattr(node, "last_access", 0))
             stack.extend((c, nid) for c in node.children.values())
-        out.sort(key=lambda n: n[0])
+        nodes.sort(key=lambda n: n[0])
+        out: dict = {}
+        if nodes != self.last_tree:
+            out["tree"] = self.last_tree = nodes
+        changed = {str(k): v for k, v in pages.items() if self.last_pages.get(k) != v}
+        if changed:
+            out["tree_pages"] = changed
+        touched = {str(k): v for k, v in lru.items() if self.last_lru.get(k) != v}
+        if touched:
+            out["lru"] = touched
+        self.last_pages, self.last_lru = pages, lru
         return out
 
     # ------------------------------------------------------------------ output
@@ -539,6 +551,7 @@ def _vocab(recorders: list[EngineRecorder]) -> dict:
         return out
     ids = {int(t) for r in recorders for s in r.steps for ts in s["tokens"].values() for t in ts}
     ids |= {d for r in recorders for s in r.steps for row in s["rows"] for d in row.get("drafts", [])}
+    ids |= {t for r in recorders for s in r.steps for node in s.get("tree", []) for t in node[4]}
     for t in sorted(ids):
         out[t] = tok.decode([t])
     for r in recorders:
