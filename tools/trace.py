@@ -166,6 +166,9 @@ def cmd_record(n: int, sol: bool, mine: bool) -> int:
     if errors:
         print("the trace breaks the schema:\n  " + "\n  ".join(errors[:5]))
         return 1
+    if not doc["engines"]:
+        print(f"chapter {n}'s example made no scheduler in this process: nothing to trace")
+        return code or 1
     if kind == "ref":
         print(f"open it in the book's trace player: `make docs`, then {PLAYER_URL}, and drop {rel} there")
         return code
