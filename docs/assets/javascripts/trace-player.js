@@ -423,7 +423,7 @@
         this.engineSelect.append(o);
       });
       this.setEnabled(this.a.engines.length > 0);
-      this.treePos.clear();
+      this.treePos = new Map(); // a new map: a running animation still reads the old one
       this.show(Math.min(engine, Math.max(this.a.engines.length - 1, 0)), step);
       this.root.dataset.loaded = this.b ? "2" : "1";
     }
@@ -435,7 +435,7 @@
     show(engine, step) {
       this.engine = engine;
       this.engineSelect.value = engine;
-      this.treePos.clear();
+      this.treePos = new Map(); // a new map: a running animation still reads the old one
       const a = this.a;
       const stopped = a.exit && a.exit.error ? " · " + t("the example stopped: {e}", { e: a.exit.error }) : "";
       this.title.textContent = `${a.fileName} · ${t("chapter {c}, {tree} tree", { c: a.chapter, tree: t(treeName(a.tree)) })}` +
