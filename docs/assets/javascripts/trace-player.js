@@ -24,7 +24,7 @@
     "free": "空闲", "cached": "已缓存", "cached, locked": "已缓存（锁定）", "held by request {u}": "请求 {u} 持有",
     "conflict": "冲突",
     "pages {a}..{b} (never used) are free": "第 {a}..{b} 页（从未用到）空闲",
-    "{n} pages of {s} slots": "{n} 页，每页 {s} 个 slot",
+    "{n} pages, page size {s}": "共 {n} 页，页大小 {s}",
     "The cache manager counts {a} free pages; the rows and the tree leave {b} unclaimed.":
       "cache manager 记的空闲页是 {a}，而请求行和 radix tree 之外剩下 {b} 页。",
     "no radix tree in this engine (chapter 9 adds it; cache_type=naive shares nothing)":
@@ -660,7 +660,7 @@
         legend.append(el("span", `tp-key tp-page-${cls}`), el("span", "", t(label) + " "));
       }
       p.append(legend);
-      const note = [t("{n} pages of {s} slots", { n: total, s: eng.config.page_size })];
+      const note = [t("{n} pages, page size {s}", { n: total, s: eng.config.page_size })];
       if (shown < total) note.push(t("pages {a}..{b} (never used) are free", { a: shown, b: total - 1 }));
       p.append(el("p", "tp-hint", note.join(" · ")));
       const unclaimed = total - state.size;
