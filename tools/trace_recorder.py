@@ -115,7 +115,7 @@ class EngineRecorder:
         self.last_pages: dict[int, list] = {}
         self.last_lru: dict[int, int] = {}
         self.node_ids: dict[int, tuple[int, Any]] = {}  # id(node) -> (stable id, node kept alive)
-        self.forward_ms = 0.0
+        self.last_hit = 0  # the cached prefix the request being admitted found (its match event)
         cache = sched.cache_manager
         self.page_size = int(getattr(cache, "page_size", 1))
         self.table = getattr(cache, "host_table", None)
@@ -243,6 +243,7 @@ class EngineRecorder:
     def _around_match(self, original, ids, *args, **kwargs):
         before = self._node_count()
         handle, slots = original(ids, *args, **kwargs)
+        self.last_hit = int(handle.cached_len)
         self.event("match", len=len(ids), hit=int(handle.cached_len), node=self._node_id(handle.node),
                    split=self._node_count() - before)
         return handle, slots
@@ -281,8 +282,10 @@ class EngineRecorder:
     def on_admission(self, adder, pending, req, resumed: bool, before: tuple) -> None:
         budget, rows, kv, reserved = before
         if req is None:
+            ps, total = self.page_size, int(getattr(pending, "slots_needed", 0))
+            need = max(-(-total // ps) - -(-self.last_hit // ps), 0) * ps  # beyond the prefix it found cached
             self.event("wait", uid=int(pending.uid), budget=budget, rows=rows, kv=kv, reserved=reserved,
-                       tokens=len(pending.input_ids), slots=int(getattr(pending, "slots_needed", 0)))
+                       tokens=len(pending.input_ids), slots=need)
             return
         self.row_owner[int(req.table_idx)] = int(req.uid)
         kind = "resume" if resumed else "admit"
@@ -384,6 +387,8 @@ class EngineRecorder:
         evictable = int(self.tree.evictable_size) if self.tree is not None else 0
         state = {"waiting": waiting, "running": running, "pages": changed,
                  "free": (int(cache.available_size) - evictable) // self.page_size}
+        if getattr(s, "optimistic", False):  # chapter 23: the share of their remaining need running requests reserve
+            state["ratio"] = round(float(s.new_token_ratio.current), 4)
         if self.tree is not None:
             state.update(self._tree_changes())
         return state
@@ -516,6 +521,7 @@ def install() -> None:
         before = (int(adder.token_budget), int(adder.table.available_size), int(adder.cache.available_size),
                   int(adder.reserved))
         resumed = getattr(pending, "chunked_req", None) is not None
+        rec.last_hit = 0
         req = try_add_one(adder, pending)
         rec.on_admission(adder, pending, req, resumed, before)
         return req

@@ -15,7 +15,9 @@
   const SVG = "http://www.w3.org/2000/svg";
   const ZH_TEXT = {
     "Open a trace": "打开 trace", "or drop a trace file here": "或把 trace 文件拖到这里",
-    "Compare with": "对比", "Reference traces": "参考 trace", "engine": "引擎", "step": "步",
+    "Compare with": "对比",
+    "new-token ratio {r}: running requests reserve this share of what they may still write":
+      "new-token ratio {r}：运行中的请求按这个比例为它们之后可能写入的 KV 预留空间", "Reference traces": "参考 trace", "engine": "引擎", "step": "步",
     "Play": "播放", "Pause": "暂停", "First step": "第一步", "Previous step": "上一步", "Next step": "下一步",
     "Last step": "最后一步", "steps/s": "步/秒", "run": "run",
     "Batch": "Batch", "Queues": "队列", "KV pool": "KV pool", "Page table": "页表", "Radix tree": "Radix tree",
@@ -605,6 +607,7 @@
       };
       line(t("waiting"), (s.waiting || []).map(([u, done, n]) => [u, done ? `${u} · ${done}/${n}` : `${u} · ${n}`]));
       line(t("running"), (s.running || []).map((u) => [u, `${u}`]));
+      if (s.ratio !== undefined) p.append(el("p", "tp-hint", t("new-token ratio {r}: running requests reserve this share of what they may still write", { r: s.ratio })));
     }
 
     renderEvents(s) {
