@@ -118,6 +118,9 @@ def describe_difference(diff: dict, mine: dict, ref: dict, names: tuple[str, str
     engines = ref["engines"] if e < len(ref["engines"]) else mine["engines"]
     label = engine_label(engines[e]) if e < len(engines) else ""
     lines = [f"first difference: engine {e} ({label}), step {i}"]
+    steps = mine["engines"][e]["steps"] if e < len(mine["engines"]) else []
+    if i < len(steps) and steps[i].get("error"):
+        lines.append(f"  {names[0]}: the run stopped here: {steps[i]['error']}")
     width = max(len(n) for n in names)
     for field, (a, b) in diff["fields"].items():
         lines.append(f"  {field}:")
