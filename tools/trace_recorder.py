@@ -116,6 +116,7 @@ class EngineRecorder:
         self.last_lru: dict[int, int] = {}
         self.node_ids: dict[int, tuple[int, Any]] = {}  # id(node) -> (stable id, node kept alive)
         self.last_hit = 0  # the cached prefix the request being admitted found (its match event)
+        self.evicted: list[int] | None = None  # pages the tree just evicted, until the cache manager frees them
         cache = sched.cache_manager
         self.page_size = int(getattr(cache, "page_size", 1))
         self.table = getattr(cache, "host_table", None)
@@ -230,7 +231,9 @@ class EngineRecorder:
         pages = [s // self.page_size for s in slots.flatten()[:: self.page_size].tolist()]
         out = original(slots, *args, **kwargs)
         if pages:
-            self.event("free", pages=runs(pages), by=self.origin[-1] if self.origin else "scheduler")
+            by = "evict" if pages == self.evicted else (self.origin[-1] if self.origin else "scheduler")
+            self.event("free", pages=runs(pages), by=by)
+        self.evicted = None
         return out
 
     def _around_origin(self, name, original, *args, **kwargs):
@@ -266,6 +269,7 @@ class EngineRecorder:
         gone = sorted(self._node_id(n) for k, n in nodes.items() if k not in {id(m) for m in self._nodes()})
         pages = [s // self.page_size for s in slots.flatten()[:: self.page_size].tolist()]
         self.event("evict", asked=int(num_slots), pages=runs(pages), nodes=gone)
+        self.evicted = pages  # the cache manager frees them next
         return slots
 
     def _around_row_free(self, original, row, *args, **kwargs):

@@ -68,16 +68,16 @@
     "Not a trace file: {m}": "不是 trace 文件：{m}",
     "This is a trace of version {v}; this player reads version 1.": "这是版本 {v} 的 trace；播放器只读版本 1。",
     "cannot load {f}: {m}": "无法加载 {f}：{m}",
-    "Difference": "差异", "yours": "你的", "reference": "参考",
+    "yours": "你的", "reference": "参考",
     "Every step agrees.": "每一步都一致。",
     "First difference: engine {e}, step {s} ({f}).": "第一处差异：引擎 {e}，第 {s} 步（{f}）。",
     "Jump to it": "跳过去",
-    "missing": "缺失", "present": "有",
+    "missing": "缺失",
     "field": "字段", "phase": "阶段", "batch": "batch", "pages": "页", "tree": "树", "events": "事件",
-    "chapter {c}, {tree} tree": "第 {c} 章，{tree} 树",
+    "chapter {c}, {tree} tree": "第 {c} 章 · 代码树：{tree}",
     "the example stopped: {e}": "示例中途停止：{e}",
     "drop a second trace on 'Compare with' to see where they differ": "再在“对比”里放一个 trace，就能看到两者哪里不同",
-    "reference": "参考", "learner": "学员", "mine": "你的（MINE=1）", "test": "测试",
+    "learner": "学习者（默认）", "mine": "你的全部代码（MINE=1）", "test": "测试",
   };
   const ZH = (document.documentElement.lang || "en").startsWith("zh");
   function t(text, fields) {
