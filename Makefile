@@ -17,7 +17,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -48,6 +48,12 @@ ifeq ($(CH),)
 else
 	$(COURSE) run $(CH) $(FLAGS) $(ARGS)
 endif
+
+trace: deps need-ch  ## record chapter CH's example step by step on your tree (MINE=1 / SOL=1 as for run) and show the first step that differs from the reference
+	$(PY) -m tools.trace record $(CH) $(if $(SOL),--sol) $(if $(MINE),--mine)
+
+traces: deps models  ## (maintainers) record the reference traces the book's trace player plays (docs/assets/traces)
+	$(PY) -m tools.trace book
 
 serve: deps  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags)
 	$(COURSE) serve $(if $(CH),--ch $(CH)) $(if $(SOL),--sol) $(if $(MINE),--mine) --host 127.0.0.1 --port $(PORT) $(ARGS)

@@ -358,6 +358,7 @@ def cmd_check(n: int, mine: bool, sol: bool, verbose: bool) -> int:
         if code not in (0, 1) and not records:
             print(output[-3000:])
         print(f"\nchapter {n} is not passing yet. `make check CH={n} V=1` shows the full pytest output.")
+        _trace_hint(n, mine)
         return 1
     print(f"\nchapter {n}'s tests pass. Its example:\n", flush=True)
     code = cmd_run(n, sol=sol, mine=mine, tree=tree)
@@ -365,9 +366,18 @@ def cmd_check(n: int, mine: bool, sol: bool, verbose: bool) -> int:
         script = _shown(main_script(ch, sol))
         print(f"\nchapter {n} is not passing yet: its tests pass, but its example {script} failed (exit code "
               f"{code}; its output is above). The example does things the tests do not: find the error there.")
+        _trace_hint(n, mine)
         return 1
     print(f"\nchapter {n} passes: its tests and its example.")
     return 0
+
+
+def _trace_hint(n: int, mine: bool) -> None:
+    from tools.trace import FIRST_CHAPTER
+
+    if n >= FIRST_CHAPTER:
+        print(f"`make trace CH={n}{' MINE=1' if mine else ''}` records the example step by step on your engine and "
+              "shows the first step that differs from the reference (the book's trace player plays both).")
 
 
 # ----------------------------------------------------------------------------- run
