@@ -327,6 +327,11 @@ def test_make_room_retracts_until_the_step_fits_and_keeps_the_last_row():
     single = Batch([kept.reqs[0]], "decode")
     result = sched._make_room(single)
     assert result is not None and result.reqs == single.reqs and sched.num_retractions == 1, "the last row stays"
+    # The same row while a prompt's chunk needs 1 slot in the same step (a mixed batch): the step has the chunk to
+    # run, so the last row goes too.
+    gone = sched._make_room(single, extra=1)
+    assert gone is None and sched.num_retractions == 2, \
+        f"with extra=1 (a chunk shares the step) the last row is retracted, kept {gone and [r.uid for r in gone.reqs]}"
     cache.free(cache._page_slots(rest + hog))
     finish_and_check(llm)
 
