@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from helpers import CHAT, TEXTS, assert_clean, hf_cached, hf_greedy, hf_model, model_path, tokenizer
+from helpers import CHAT, TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.constrained.grammar import GrammarCache, GrammarSpec, allocate_bitmask, apply_token_bitmask
 from minisgl.core import Batch, SamplingParams
 from minisgl.llm import LLM
@@ -66,6 +66,25 @@ def test_the_bitmask_masks_what_xgrammars_kernel_masks_and_no_other_row(vocab):
     for row in range(5):
         assert torch.equal(got[row], want[row]), \
             f"vocab {vocab}, row {row}: {int((got[row] != want[row]).sum())} logits differ from xgrammar's mask"
+
+
+@pytest.mark.stubs("apply_token_bitmask")
+def test_the_bitmask_returns_new_logits_and_leaves_its_input_as_it_was():
+    """The contract: a new tensor, nothing written into the logits given (the engine reads chapter 24's
+    log-probabilities from them after sampling)."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 100, generator=g)
+    before = logits.clone()
+    bitmask = torch.zeros(1, 4, dtype=torch.int32)
+    bitmask[0, 0] = 0b100  # token 2 alone
+    got = apply_token_bitmask(logits, bitmask, torch.tensor([1]))
+    changed = int((logits != before).sum())
+    assert changed == 0, \
+        f"apply_token_bitmask edited the logits it was given in place ({changed} entries changed): it must return " \
+        "a new tensor, because the engine reads the log-probabilities from those logits"
+    allowed = torch.isfinite(got[1]).nonzero().flatten().tolist()
+    assert allowed == [2], f"word 0b100 allows token 2 alone, got {allowed}"
+    assert torch.equal(got[[0, 2]], before[[0, 2]]), "rows without a mask come back bit for bit"
 
 
 # --- the scheduler's masks and matchers ------------------------------------------------------------------------------
@@ -209,6 +228,59 @@ def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     assert re.fullmatch(r"The answer is (yes|no)\.", outs[1]["text"]), f"the EBNF's answer: {outs[1]['text']!r}"
     for out in outs:
         assert len(out["token_ids"]) < 64, f"a complete grammar ends the request: {len(out['token_ids'])} tokens"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("Scheduler.is_finished", "apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
+    """With ignore_eos an EOS does not end a request, and EOS is what a complete grammar's matcher accepts last, so
+    only the finish rule's second half can end these: once the matcher has accepted the grammar's stop token it
+    accepts nothing more. Each answer equals HF generate with xgrammar's processor (which stops at that EOS) and
+    ends long before its 64 tokens; a free request with ignore_eos beside them runs to its max_tokens."""
+    specs = [GrammarSpec("regex", r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"),
+             GrammarSpec("ebnf", 'root ::= "The answer is " ("yes" | "no") "."'),
+             GrammarSpec("json_schema", json.dumps(SCHEMAS[2]))]
+    ids = [chat_ids("When was the moon landing?"), chat_ids("Is water wet?"), chat_ids("Is the sky blue? Answer in JSON.")]
+    params = [SamplingParams(max_tokens=64, ignore_eos=True, **{spec.kind: spec.text}) for spec in specs]
+    free = SamplingParams(max_tokens=12, ignore_eos=True)
+    try:
+        outs = llm.generate(ids + [chat_ids(CHAT[0])], params + [free])
+    except RuntimeError as e:
+        if "terminated" not in str(e):
+            raise
+        raise AssertionError("a request ran on after its grammar was complete (with ignore_eos no EOS ends it), and "
+                             "xgrammar refused to fill the mask of its terminated matcher: a complete grammar must end "
+                             f"the request. xgrammar said: {str(e).strip()}") from None
+    tok = tokenizer(NAME)
+    for i, spec in enumerate(specs):
+        got, want = outs[i]["token_ids"], hf_constrained(ids[i], spec, 64)
+        assert len(want) < 64, f"the fixture: the {spec.kind}'s answer completes before 64 tokens: {tok.decode(want)!r}"
+        assert got == want, (f"request {i} ({spec.kind}, ignore_eos): {len(got)} tokens {tok.decode(got)!r}, HF with "
+                             f"xgrammar {len(want)} tokens {tok.decode(want)!r}: a complete grammar ends the request")
+    assert len(outs[3]["token_ids"]) == 12, "a free request with ignore_eos runs to its max_tokens"
+    assert not llm.scheduler.constraints, "finished requests keep no matcher"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar", "Scheduler.is_finished")
+def test_a_constrained_request_gets_the_models_logprobs_not_the_masked_ones(llm):
+    """logprobs (chapter 24) are the model's log_softmax, before any edit: under a grammar too. A mask written into
+    the logits in place would give the log-probabilities of the masked distribution instead (only the allowed
+    tokens, renormalised), which the first tokens of this grammar make far larger than the model's."""
+    spec = GrammarSpec("ebnf", 'root ::= "The answer is " ("yes" | "no") "."')
+    ids = chat_ids("Is water wet?")
+    out = llm.generate([ids], SamplingParams(max_tokens=16, ebnf=spec.text, logprobs=True, top_logprobs=2))[0]
+    tokens = out["token_ids"]
+    assert tokens == hf_constrained(ids, spec, 16), f"the answer differs from HF with xgrammar: {out['text']!r}"
+    with torch.inference_mode():
+        logits = hf_model(NAME)(torch.tensor([ids + tokens])).logits[0, len(ids) - 1: len(ids) + len(tokens) - 1]
+    want = logits.double().log_softmax(-1)[torch.arange(len(tokens)), torch.tensor(tokens)]
+    got = torch.tensor(out["logprobs"], dtype=torch.float64)
+    assert len(got) == len(tokens), f"{len(got)} logprobs for {len(tokens)} tokens"
+    masked = int((got > want + 1e-3).sum())
+    assert_close(got, want, 1e-4, "logprobs of a constrained request against HF's raw log_softmax"
+                 + (f" ({masked} of {len(tokens)} are larger than the model's: the mask was applied to the logits "
+                    "they are read from; apply_token_bitmask must return a new tensor)" if masked else ""), row="token")
     assert_clean(llm)
 
 
