@@ -89,7 +89,7 @@ def test_the_bitmask_returns_new_logits_and_leaves_its_input_as_it_was():
 
 # --- the scheduler's masks and matchers ------------------------------------------------------------------------------
 
-@pytest.mark.stubs("Scheduler.grammar_mask")
+@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.is_finished")
 def test_a_batch_mask_has_a_line_per_constrained_sampling_row(llm):
     """Three requests, the middle one free, prefilled together: the first batch's mask covers rows 0 and 2, in
     batch order, each line what a fresh matcher of its grammar allows; batches of free requests carry no mask."""
@@ -161,7 +161,8 @@ def _hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str) -> lis
     return out[0, len(ids):].tolist()
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_a_batch_of_schemas_and_free_rows(overlap):
     """Three schemas and two free rows in one batch: each constrained answer parses, validates against its schema
@@ -191,7 +192,8 @@ def test_a_batch_of_schemas_and_free_rows(overlap):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
     """Chunked prefill (16 tokens a step) with mixed batches (chapter 21): a long constrained prompt is prefilled
     in chunks while two constrained requests decode in the same batches. A chunk samples nothing and gets no mask
@@ -217,7 +219,8 @@ def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     """The request ends as soon as its grammar is complete, long before max_tokens; the text matches."""
     regex = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"
@@ -231,7 +234,8 @@ def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("Scheduler.is_finished", "apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("Scheduler.is_finished", "apply_token_bitmask", "Scheduler.grammar_mask",
+                   "Scheduler.advance_grammar")
 def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
     """With ignore_eos an EOS does not end a request, and EOS is what a complete grammar's matcher accepts last, so
     only the finish rule's second half can end these: once the matcher has accepted the grammar's stop token it
@@ -240,7 +244,7 @@ def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
     specs = [GrammarSpec("regex", r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"),
              GrammarSpec("ebnf", 'root ::= "The answer is " ("yes" | "no") "."'),
              GrammarSpec("json_schema", json.dumps(SCHEMAS[2]))]
-    ids = [chat_ids("When was the moon landing?"), chat_ids("Is water wet?"), chat_ids("Is the sky blue? Answer in JSON.")]
+    ids = [chat_ids(q) for q in ("When was the moon landing?", "Is water wet?", "Is the sky blue? Answer in JSON.")]
     params = [SamplingParams(max_tokens=64, ignore_eos=True, **{spec.kind: spec.text}) for spec in specs]
     free = SamplingParams(max_tokens=12, ignore_eos=True)
     try:
@@ -262,7 +266,8 @@ def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar", "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_a_constrained_request_gets_the_models_logprobs_not_the_masked_ones(llm):
     """logprobs (chapter 24) are the model's log_softmax, before any edit: under a grammar too. A mask written into
     the logits in place would give the log-probabilities of the masked distribution instead (only the allowed
@@ -310,7 +315,7 @@ def test_bad_grammar_settings_are_a_value_error(kwargs, match):
         SamplingParams(**kwargs)
 
 
-@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.advance_grammar", "Scheduler.is_finished")
 def test_an_abort_mid_grammar_frees_the_request_and_its_matcher(llm):
     from minisgl.scheduler.utils import PendingReq
 
@@ -342,7 +347,8 @@ def client():
         yield OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_the_openai_client_gets_json_that_follows_its_schema(client):
     import jsonschema
 
@@ -375,7 +381,8 @@ def test_a_schema_that_does_not_compile_is_a_400_naming_response_format(client):
     assert r.choices[0].text, "the server answers after the bad requests"
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
     """Optimistic admission on a pool too small for six JSON answers at once: requests are retracted and
     recomputed, each keeps its matcher (by uid, with the tokens it accepted), and the answers equal those of a pool
@@ -401,7 +408,8 @@ def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
 # --- the GPU ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_grammars_on_the_gpu_with_cuda_graphs(overlap):
     """On CUDA in float32, with CUDA graphs up to batch 8 and overlap on or off: a JSON schema row, a regex row and
