@@ -138,6 +138,44 @@ def test_a_token_outside_the_grammar_is_an_error_naming_it(llm):
     assert_clean(llm)
 
 
+@pytest.mark.stubs("Scheduler.is_finished")
+def test_the_finish_rule_ends_a_request_once_its_matcher_accepted_the_stop_token(llm):
+    """is_finished on requests whose matcher is walked by hand under the regex (yes|no): not finished while the
+    grammar is part-way or complete but its stop token not yet accepted; finished once the matcher has accepted EOS,
+    with ignore_eos too (then only the grammar can end it). A request without a grammar keeps chapter 24's rule."""
+    from minisgl.core import Req
+    from minisgl.scheduler.utils import PendingReq
+
+    sched = llm.scheduler
+    tok = tokenizer(NAME)
+    eos = llm.engine.model_config.eos_token_ids[0]
+    ids = torch.tensor(chat_ids(CHAT[1]), dtype=torch.int32)
+    yes = tok.encode("yes")
+    try:
+        for uid, ignore_eos in ((970, False), (971, True)):
+            params = SamplingParams(max_tokens=8, regex="(yes|no)", ignore_eos=ignore_eos)
+            sched.add_request(PendingReq(uid, ids, params))  # waiting: its matcher exists
+            req, matcher = Req(ids, 0, 0, 8, uid, params), sched.constraints[uid]
+            for token in yes:
+                assert matcher.accept(token), f"the fixture: (yes|no) accepts the tokens of 'yes' ({yes})"
+                assert not sched.is_finished(req, token), \
+                    f"request {uid}: after token {token} the grammar has not accepted its stop token: not finished"
+            assert matcher.accept(eos) and matcher.finished, "the fixture: after 'yes' the grammar takes EOS and ends"
+            assert sched.is_finished(req, eos), (
+                f"request {uid} (ignore_eos={ignore_eos}): its matcher accepted the grammar's stop token, so the "
+                "request has finished" + (": with ignore_eos the EOS ends nothing, the complete grammar must" if
+                                         ignore_eos else ""))
+    finally:
+        for uid in (970, 971):
+            sched.abort_request(uid)
+    free = SamplingParams(max_tokens=8)
+    assert sched.is_finished(Req(ids, 0, 0, 8, 972, free), eos), "a free request still ends at EOS"
+    assert not sched.is_finished(Req(ids, 0, 0, 8, 973, SamplingParams(max_tokens=8, ignore_eos=True)), eos), \
+        "a free request with ignore_eos does not end at EOS"
+    assert not sched.constraints, "aborted requests keep no matcher"
+    assert_clean(llm)
+
+
 # --- whole runs -------------------------------------------------------------------------------------------------
 
 def hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str = NAME) -> list[int]:
