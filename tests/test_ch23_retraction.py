@@ -327,6 +327,11 @@ def test_make_room_retracts_until_the_step_fits_and_keeps_the_last_row():
     single = Batch([kept.reqs[0]], "decode")
     result = sched._make_room(single)
     assert result is not None and result.reqs == single.reqs and sched.num_retractions == 1, "the last row stays"
+    # The same row while a prompt's chunk needs 1 slot in the same step (a mixed batch): the step has the chunk to
+    # run, so the last row goes too.
+    gone = sched._make_room(single, extra=1)
+    assert gone is None and sched.num_retractions == 2, \
+        f"with extra=1 (a chunk shares the step) the last row is retracted, kept {gone and [r.uid for r in gone.reqs]}"
     cache.free(cache._page_slots(rest + hog))
     finish_and_check(llm)
 
@@ -487,6 +492,86 @@ def test_mixed_batches_with_a_chunked_prompt_and_optimistic_admission():
         n = 8 if uid == 3 else 40
         assert sched.finished.pop(uid).output_ids == hf_greedy(NAME, prompt, n), f"request {uid} differs from HF"
     assert_clean(llm)
+
+
+class Bursts:
+    """The scheduler process's inbox, in-process: bursts of requests, each sent only once the scheduler has gone
+    idle and its loop has polled the empty inbox once and stepped with nothing to do, as a server's loop does
+    between two bursts of traffic (it wakes from its blocking receive empty-handed). Then an ExitMsg. No timing:
+    what the loop sees depends on the scheduler's state only."""
+
+    def __init__(self, scheduler: Scheduler, bursts: list[list]) -> None:
+        self.scheduler, self.bursts, self.items = scheduler, list(bursts), []
+        self.idle_polls = 0  # empty polls in a row while nothing waits or runs
+        self.starts: list[tuple[int, float]] = []  # (batches run so far, ratio) when each burst is sent
+
+    def get(self, timeout=None):
+        from minisgl.message import ExitMsg
+
+        if self.items:
+            return self.items.pop(0)
+        if not self.scheduler.idle:
+            self.idle_polls = 0
+            return None
+        self.idle_polls += 1
+        if self.idle_polls < 2:  # the first empty poll: the loop goes on and steps idle
+            return None
+        self.idle_polls = -1  # the messages just sent are not processed yet: the next empty poll is not idle time
+        if not self.bursts:
+            return ExitMsg()
+        self.items = self.bursts.pop(0)
+        self.starts.append((len(self.scheduler.history), self.scheduler.new_token_ratio.current))
+        return self.items.pop(0)
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def put(self, msg) -> None:
+        self.sent.extend(getattr(msg, "data", [msg]))
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap):
+    """A server's scheduler (SchedulerIO, in-process) gets the 8 requests, answers them, goes idle, then gets the
+    same 8 again. The first burst moves the new-token ratio (it decays at every step that fits, rises after a
+    retraction); idle, the scheduler puts it back to its start, so the second burst is admitted batch for batch as
+    the first. Offline LLM.generate never goes idle between requests: only the serving loop shows this. The naive
+    cache shares nothing, so the second burst finds no prefix of the first and must run the same schedule."""
+    from minisgl.engine import Engine, EngineConfig
+    from minisgl.message import DetokenizeMsg, UserMsg
+    from minisgl.scheduler.io import SchedulerIO
+
+    engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=8, max_seq_len=64, page_size=1, num_pages=160,
+                                 cache_type="naive"))
+    ratio = NewTokenRatio(0.7, 0.1, 4)  # reaches its floor after 4 steps that fit
+    sched = Scheduler(engine, max_extend_tokens=32, overlap=overlap, admission="optimistic", new_token_ratio=ratio)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    ps = prompts()
+    bursts = [[UserMsg(base + i, torch.tensor(p, dtype=torch.int32), params) for i, p in enumerate(ps)]
+              for base in (0, 100)]
+    inbox, outbox = Bursts(sched, bursts), Sent()
+    SchedulerIO(sched, inbox, outbox).run_forever(alive=lambda: True)
+    assert len(inbox.starts) == 2, f"both bursts were sent: {inbox.starts}"
+    (first, _), (second, ratio_then) = inbox.starts
+    runs = [[(phase, [uid % 100 for uid in uids]) for phase, uids in sched.history[a:b]]
+            for a, b in ((first, second), (second, len(sched.history)))]
+    assert sched.num_retractions > 0, "the fixture must retract: the first burst has to move the ratio"
+    diverge = next((i for i, (a, b) in enumerate(zip(*runs)) if a != b), min(map(len, runs)))
+    assert runs[0] == runs[1], (
+        f"the second burst was admitted differently from the first from its batch {diverge} on "
+        f"(first: {runs[0][diverge:diverge + 2]}, second: {runs[1][diverge:diverge + 2]}): the new-token ratio was "
+        f"{ratio_then:.3f} when it arrived, the first burst found {ratio.init}; an idle scheduler must reset it")
+    tokens = collections.defaultdict(list)
+    for msg in outbox.sent:
+        if isinstance(msg, DetokenizeMsg):
+            tokens[msg.uid].append(msg.next_token)
+    for i, p in enumerate(ps):
+        want = hf_greedy(NAME, p, MAX_TOKENS)
+        assert tokens[i] == want and tokens[100 + i] == want, f"request {i} differs from HF greedy in a burst"
+    assert_clean(sched)
 
 
 # ------------------------------------------------------------------------------------ defaults, settings

@@ -58,7 +58,7 @@ def edited(logits: torch.Tensor, reqs: list[Req], pool: torch.Tensor, eos: tuple
 
 # --- each processor against its reference ---------------------------------------------------------------------
 
-@pytest.mark.stubs("apply_penalties")
+@pytest.mark.stubs("edit_logits", "apply_penalties")
 def test_repetition_penalty_matches_hf_over_the_prompt_and_the_output():
     """HF's RepetitionPenaltyLogitsProcessor reads every token of input_ids, the prompt included (as vLLM's)."""
     from transformers import RepetitionPenaltyLogitsProcessor
@@ -72,7 +72,7 @@ def test_repetition_penalty_matches_hf_over_the_prompt_and_the_output():
         assert_close(got[i], want, 1e-6, f"row {i} (repetition_penalty {r}) against HF", row="token")
 
 
-@pytest.mark.stubs("apply_penalties")
+@pytest.mark.stubs("edit_logits", "apply_penalties")
 def test_frequency_and_presence_penalties_follow_openais_formula_over_the_output_only():
     """logit - frequency * count - presence * (count > 0), counts of the generated tokens, in float64 by hand; a
     token that only the prompt holds keeps its logit."""
@@ -91,7 +91,7 @@ def test_frequency_and_presence_penalties_follow_openais_formula_over_the_output
             f"row {i}: tokens {only_prompt} are only in the prompt, yet their logits changed"
 
 
-@pytest.mark.stubs("apply_penalties")
+@pytest.mark.stubs("edit_logits", "apply_penalties")
 def test_repetition_then_openai_penalties_on_one_row():
     """Both kinds together: HF's repetition penalty first, then OpenAI's penalties (vLLM's order)."""
     from transformers import RepetitionPenaltyLogitsProcessor
@@ -103,6 +103,47 @@ def test_repetition_then_openai_penalties_on_one_row():
     for token, count in collections.Counter(o).items():
         want[token] -= 0.3 * count + 0.2
     assert_close(edited(logits, [req], pool)[0], want, 1e-6, "repetition 1.4, frequency 0.3, presence 0.2")
+
+
+@pytest.mark.stubs("edit_logits", "apply_penalties")
+def test_the_edits_run_in_hugging_faces_order_bias_then_penalties_then_the_eos_mask():
+    """One row with every edit: logit_bias, the three penalties and min_tokens. The bias moves seen tokens across
+    zero, where the repetition penalty (dividing a positive logit, multiplying a negative one) gives another result
+    if it runs before the bias. The reference is Hugging Face's processors in generate's order (sequence bias, then
+    repetition penalty, then min_new_tokens), with OpenAI's penalties in float64 after the repetition penalty."""
+    from transformers import MinNewTokensLengthLogitsProcessor, RepetitionPenaltyLogitsProcessor
+    from transformers import SequenceBiasLogitsProcessor
+
+    eos = (3, 7)
+    logits, seqs, pool = random_case(9, 1)
+    (p, o), = seqs
+    seen = sorted(set(p + o) - set(eos))
+    bias = {t: (3.0 if logits[0, t] < 0 else -3.0) - float(logits[0, t]) for t in seen}  # each seen logit to -+3
+    req = make_req(0, p, o, pool, logit_bias=bias, repetition_penalty=2.0, frequency_penalty=0.3,
+                   presence_penalty=0.2, min_tokens=len(o) + 1, max_tokens=len(o) + 8)
+    got = edited(logits, [req], pool, eos)[0].double()
+    ids = torch.tensor([p + o])
+
+    def openai(row: torch.Tensor) -> torch.Tensor:
+        row = row.double().clone()
+        for token, count in collections.Counter(o).items():
+            row[token] -= 0.3 * count + 0.2
+        return row
+
+    biased = SequenceBiasLogitsProcessor({(t,): b for t, b in bias.items()})(ids, logits.clone())
+    want = openai(RepetitionPenaltyLogitsProcessor(2.0)(ids, biased)[0])
+    want = MinNewTokensLengthLogitsProcessor(len(p), len(o) + 1, list(eos))(ids, want[None])[0]
+    assert torch.isneginf(got[list(eos)]).all(), \
+        f"min_tokens: {len(o)} of {len(o) + 1} tokens generated, EOS {eos} must be -inf, got {got[list(eos)].tolist()}"
+    rest = [t for t in range(VOCAB) if t not in eos]
+    bias_after = openai(RepetitionPenaltyLogitsProcessor(2.0)(ids, logits.clone())[0])
+    for t, b in bias.items():
+        bias_after[t] += b
+    if torch.allclose(got[rest], bias_after[rest], rtol=1e-5, atol=1e-5):
+        raise AssertionError("logit_bias was added after the penalties: the repetition penalty must see the biased "
+                             "logit (Hugging Face and vLLM add the bias first)")
+    assert_close(got[rest], want[rest], 1e-6, "bias, repetition 2.0, frequency 0.3, presence 0.2 against HF's "
+                 "processors in generate's order", row="token")
 
 
 @pytest.mark.stubs("min_p_filter")
@@ -128,6 +169,7 @@ def test_min_p_leaves_rows_at_zero_untouched_bit_for_bit():
     assert torch.isinf(got[1]).any(), "row 1 (min_p 0.5) keeps every token of random logits: no filter ran"
 
 
+@pytest.mark.stubs("edit_logits")
 def test_min_tokens_masks_eos_as_hf_until_enough_tokens_exist():
     from transformers import MinNewTokensLengthLogitsProcessor
 
@@ -144,6 +186,7 @@ def test_min_tokens_masks_eos_as_hf_until_enough_tokens_exist():
     assert torch.equal(edited(logits[:1], [ignore], pool, eos), logits[:1]), "with ignore_eos, EOS is not masked"
 
 
+@pytest.mark.stubs("edit_logits")
 def test_logit_bias_adds_to_the_named_tokens_only():
     logits, seqs, pool = random_case(6, 2)
     bias = {0: -100.0, 5: 2.5, 63: 100.0}
@@ -185,7 +228,7 @@ def chapter6_sampler():
     return module
 
 
-@pytest.mark.stubs("apply_penalties", "min_p_filter")
+@pytest.mark.stubs("edit_logits", "apply_penalties", "min_p_filter")
 def test_rows_without_chapter_24_settings_sample_as_chapter_6():
     """Rows 0-2: greedy and seeded sampling, nothing of chapter 24; rows 3-5 with penalties, min_p, logit_bias
     and min_tokens in the same batch. Rows 0-2 pick what chapter 6's sampler picks for them alone, at every step."""
@@ -246,14 +289,14 @@ def prompts() -> list[list[int]]:
     return [tok.encode(t) for t in TEXTS]
 
 
-def hf_generate(ids: list[int], n: int, **kwargs) -> list[int]:
+def hf_generate(ids: list[int], n: int, name: str = NAME, **kwargs) -> list[int]:
     """HF greedy with its own logits processors (kwargs: repetition_penalty, min_new_tokens, ...), cached on disk."""
     settings = repr(sorted(kwargs.items()))  # repr: sequence_bias has tuple keys, which JSON cannot hold
-    return hf_cached(NAME, ["generate", list(ids), n, settings], lambda: _hf_generate(ids, n, **kwargs))
+    return hf_cached(name, ["generate", list(ids), n, settings], lambda: _hf_generate(ids, n, name, **kwargs))
 
 
-def _hf_generate(ids: list[int], n: int, **kwargs) -> list[int]:
-    model = hf_model(NAME)
+def _hf_generate(ids: list[int], n: int, name: str = NAME, **kwargs) -> list[int]:
+    model = hf_model(name)
     saved = model.generation_config.eos_token_id
     eos = kwargs.pop("eos_token_id", None)
     model.generation_config.eos_token_id = eos
@@ -275,7 +318,7 @@ def test_defaults_still_match_hf_greedy(llm):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_penalties")
+@pytest.mark.stubs("edit_logits", "apply_penalties")
 @pytest.mark.parametrize("penalty", [0.5, 3.0])
 def test_greedy_with_a_repetition_penalty_matches_hf_generate(llm, penalty):
     ps = prompts()
@@ -289,7 +332,7 @@ def test_greedy_with_a_repetition_penalty_matches_hf_generate(llm, penalty):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_penalties")
+@pytest.mark.stubs("edit_logits", "apply_penalties")
 @pytest.mark.parametrize("frequency,presence", [(1.5, 0.5), (-2.0, -1.0)])
 def test_greedy_with_openai_penalties_matches_a_float64_loop(llm, frequency, presence):
     """No HF processor has OpenAI's penalties: the reference is HF's model, step by step, the formula in float64."""
@@ -314,6 +357,7 @@ def test_greedy_with_openai_penalties_matches_a_float64_loop(llm, frequency, pre
     assert_clean(llm)
 
 
+@pytest.mark.stubs("edit_logits")
 def test_min_tokens_delays_an_eos_as_hf_does(llm):
     """A logit_bias on EOS makes it come at once; min_tokens holds it off (HF: sequence_bias, min_new_tokens)."""
     eos = hf_model(NAME).generation_config.eos_token_id
@@ -509,6 +553,74 @@ def test_min_tokens_holds_off_stop_tokens_and_stop_strings():
         assert text == want and d.matched_stop == ".", f"min_tokens {min_tokens}, stop string '.': {text!r}"
 
 
+BOUNDARY_QUESTION = "Write one sentence about the ocean."  # SmolLM2's greedy answer has commas at tokens 5 and 7
+
+
+@pytest.mark.parametrize("stop", ["stop_token_ids", "stop string"])
+def test_a_stop_exactly_at_min_tokens_ends_the_text_and_one_token_earlier_does_not(stop):
+    """The tokenizer process (TokenizerWorker, in-process) gets the request, then the tokens the scheduler sends:
+    SmolLM2's unconstrained greedy answer (HF), which min_tokens and stops do not change (they only end the text).
+    The stop is its first ',' token, at output position k. min_tokens = k: k tokens came before it, the stop
+    counts and the text ends there. min_tokens = k + 1: the ',' comes one token too early, is text like any other,
+    and the next ',' ends the text."""
+    from minisgl.message import AbortBackendMsg, DetokenizeMsg, TokenizeMsg
+    from minisgl.tokenizer.server import TokenizerWorker
+
+    tok = tokenizer(SERVER_MODEL)
+    messages = [{"role": "user", "content": BOUNDARY_QUESTION}]
+    out = hf_greedy(SERVER_MODEL, chat_ids(messages), 48, stop_at_eos=True)
+    comma = tok.encode(",")
+    assert len(comma) == 1, "the fixture: ',' is one token"
+    at = [i for i, t in enumerate(out) if t == comma[0]]
+    text = tok.decode(out, skip_special_tokens=True)
+    assert len(at) >= 2 and text.count(",") == len(at), \
+        f"the fixture: the answer needs two ',' tokens and no other comma: {at}, {text!r}"
+    for min_tokens in (at[0], at[0] + 1):
+        end = next(i for i in at if i >= min_tokens)  # the first ',' with min_tokens tokens before it
+        worker = TokenizerWorker(tok, max_seq_len=256)
+        params = SamplingParams(max_tokens=48, min_tokens=min_tokens)
+        stops = dict(stop_token_ids=comma) if stop == "stop_token_ids" else dict(stop=[","])
+        worker.handle([TokenizeMsg(7, messages, params, **stops)])
+        worker.take_outputs()
+        for i, token in enumerate(out):  # the scheduler runs on until it hears of the abort: it sends them all
+            last = i == len(out) - 1
+            worker.handle([DetokenizeMsg(7, token, last, "stop" if last else None)])
+        to_backend, replies = worker.take_outputs()
+        got = "".join(r.incremental_output for r in replies)
+        want = tok.decode(out[:end])
+        where = f"{stop} ',' at output tokens {at}, min_tokens {min_tokens}"
+        assert got == want, (f"{where}: the text must end before the ',' at token {end}, got {got!r}, want {want!r}"
+                             + (" (one token early: min_tokens tokens must come before the stop)"
+                                if len(got) < len(want) else ""))
+        final = replies[-1]
+        assert final.finished and final.finish_reason == "stop", f"{where}: the stream ends on the stop: {final}"
+        assert final.completion_tokens == end + 1, \
+            f"{where}: {end + 1} tokens generated up to the stop, usage says {final.completion_tokens}"
+        assert [type(m) for m in to_backend] == [AbortBackendMsg], \
+            f"{where}: the scheduler is told to stop the request once, got {to_backend}"
+
+
+@pytest.mark.stubs("edit_logits")
+def test_an_eos_exactly_at_min_tokens_ends_the_answer_and_one_token_earlier_does_not():
+    """SmolLM2's unconstrained greedy answer ends with EOS at output position e. min_tokens = e: e tokens came
+    before it, the answer is unchanged. min_tokens = e + 1: the EOS is masked one token too early, and the answer is
+    HF generate's with min_new_tokens = e + 1."""
+    eos = hf_model(SERVER_MODEL).generation_config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    ids = chat_ids([{"role": "user", "content": CHAT[0]}])
+    free = hf_greedy(SERVER_MODEL, ids, N, stop_at_eos=True)
+    assert free[-1] == eos and len(free) < N, f"the fixture: the answer ends with EOS before {N} tokens: {free}"
+    e = len(free) - 1
+    llm = LLM(model_path(SERVER_MODEL), max_running_reqs=2, max_seq_len=128, num_pages=256)
+    for min_tokens in (e, e + 1):
+        got = llm.generate([ids], SamplingParams(max_tokens=N, min_tokens=min_tokens))[0]["token_ids"]
+        want = free if min_tokens == e else hf_generate(ids, N, name=SERVER_MODEL, eos_token_id=eos,
+                                                         min_new_tokens=min_tokens)
+        assert got == want, f"EOS at output token {e}, min_tokens {min_tokens}: {got} vs HF {want}"
+    assert want != free and want[e] != eos, "with min_tokens e + 1 the EOS at position e is masked"
+    assert_clean(llm)
+
+
 def test_the_tokenizer_process_sends_token_texts_and_keeps_them_across_a_stream_interval():
     from minisgl.message import DetokenizeMsg
     from minisgl.tokenizer.server import TokenizerWorker
@@ -696,7 +808,7 @@ def test_the_openai_client_reads_n_choices_and_logprobs_of_a_chat(client):
             f"choice {c.index}: at temperature 0 the best alternative is the token itself"
 
 
-@pytest.mark.stubs("apply_penalties")
+@pytest.mark.stubs("edit_logits", "apply_penalties")
 def test_seeded_choices_of_a_stream_are_the_requests_with_seeds_seed_plus_k(client):
     """n = 3, seed 4, streamed with legacy logprobs: choice k is the answer to the same request with n = 1 and seed
     4 + k; the choices stream interleaved, each chunk naming its index."""

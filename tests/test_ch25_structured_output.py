@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from helpers import CHAT, TEXTS, assert_clean, hf_cached, hf_greedy, hf_model, model_path, tokenizer
+from helpers import CHAT, TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.constrained.grammar import GrammarCache, GrammarSpec, allocate_bitmask, apply_token_bitmask
 from minisgl.core import Batch, SamplingParams
 from minisgl.llm import LLM
@@ -68,9 +68,28 @@ def test_the_bitmask_masks_what_xgrammars_kernel_masks_and_no_other_row(vocab):
             f"vocab {vocab}, row {row}: {int((got[row] != want[row]).sum())} logits differ from xgrammar's mask"
 
 
+@pytest.mark.stubs("apply_token_bitmask")
+def test_the_bitmask_returns_new_logits_and_leaves_its_input_as_it_was():
+    """The contract: a new tensor, nothing written into the logits given (the engine reads chapter 24's
+    log-probabilities from them after sampling)."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 100, generator=g)
+    before = logits.clone()
+    bitmask = torch.zeros(1, 4, dtype=torch.int32)
+    bitmask[0, 0] = 0b100  # token 2 alone
+    got = apply_token_bitmask(logits, bitmask, torch.tensor([1]))
+    changed = int((logits != before).sum())
+    assert changed == 0, \
+        f"apply_token_bitmask edited the logits it was given in place ({changed} entries changed): it must return " \
+        "a new tensor, because the engine reads the log-probabilities from those logits"
+    allowed = torch.isfinite(got[1]).nonzero().flatten().tolist()
+    assert allowed == [2], f"word 0b100 allows token 2 alone, got {allowed}"
+    assert torch.equal(got[[0, 2]], before[[0, 2]]), "rows without a mask come back bit for bit"
+
+
 # --- the scheduler's masks and matchers ------------------------------------------------------------------------------
 
-@pytest.mark.stubs("Scheduler.grammar_mask")
+@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.is_finished")
 def test_a_batch_mask_has_a_line_per_constrained_sampling_row(llm):
     """Three requests, the middle one free, prefilled together: the first batch's mask covers rows 0 and 2, in
     batch order, each line what a fresh matcher of its grammar allows; batches of free requests carry no mask."""
@@ -119,6 +138,44 @@ def test_a_token_outside_the_grammar_is_an_error_naming_it(llm):
     assert_clean(llm)
 
 
+@pytest.mark.stubs("Scheduler.is_finished")
+def test_the_finish_rule_ends_a_request_once_its_matcher_accepted_the_stop_token(llm):
+    """is_finished on requests whose matcher is walked by hand under the regex (yes|no): not finished while the
+    grammar is part-way or complete but its stop token not yet accepted; finished once the matcher has accepted EOS,
+    with ignore_eos too (then only the grammar can end it). A request without a grammar keeps chapter 24's rule."""
+    from minisgl.core import Req
+    from minisgl.scheduler.utils import PendingReq
+
+    sched = llm.scheduler
+    tok = tokenizer(NAME)
+    eos = llm.engine.model_config.eos_token_ids[0]
+    ids = torch.tensor(chat_ids(CHAT[1]), dtype=torch.int32)
+    yes = tok.encode("yes")
+    try:
+        for uid, ignore_eos in ((970, False), (971, True)):
+            params = SamplingParams(max_tokens=8, regex="(yes|no)", ignore_eos=ignore_eos)
+            sched.add_request(PendingReq(uid, ids, params))  # waiting: its matcher exists
+            req, matcher = Req(ids, 0, 0, 8, uid, params), sched.constraints[uid]
+            for token in yes:
+                assert matcher.accept(token), f"the fixture: (yes|no) accepts the tokens of 'yes' ({yes})"
+                assert not sched.is_finished(req, token), \
+                    f"request {uid}: after token {token} the grammar has not accepted its stop token: not finished"
+            assert matcher.accept(eos) and matcher.finished, "the fixture: after 'yes' the grammar takes EOS and ends"
+            assert sched.is_finished(req, eos), (
+                f"request {uid} (ignore_eos={ignore_eos}): its matcher accepted the grammar's stop token, so the "
+                "request has finished" + (": with ignore_eos the EOS ends nothing, the complete grammar must" if
+                                         ignore_eos else ""))
+    finally:
+        for uid in (970, 971):
+            sched.abort_request(uid)
+    free = SamplingParams(max_tokens=8)
+    assert sched.is_finished(Req(ids, 0, 0, 8, 972, free), eos), "a free request still ends at EOS"
+    assert not sched.is_finished(Req(ids, 0, 0, 8, 973, SamplingParams(max_tokens=8, ignore_eos=True)), eos), \
+        "a free request with ignore_eos does not end at EOS"
+    assert not sched.constraints, "aborted requests keep no matcher"
+    assert_clean(llm)
+
+
 # --- whole runs -------------------------------------------------------------------------------------------------
 
 def hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str = NAME) -> list[int]:
@@ -142,7 +199,8 @@ def _hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str) -> lis
     return out[0, len(ids):].tolist()
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_a_batch_of_schemas_and_free_rows(overlap):
     """Three schemas and two free rows in one batch: each constrained answer parses, validates against its schema
@@ -172,7 +230,8 @@ def test_a_batch_of_schemas_and_free_rows(overlap):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
     """Chunked prefill (16 tokens a step) with mixed batches (chapter 21): a long constrained prompt is prefilled
     in chunks while two constrained requests decode in the same batches. A chunk samples nothing and gets no mask
@@ -198,7 +257,8 @@ def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     """The request ends as soon as its grammar is complete, long before max_tokens; the text matches."""
     regex = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"
@@ -209,6 +269,61 @@ def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     assert re.fullmatch(r"The answer is (yes|no)\.", outs[1]["text"]), f"the EBNF's answer: {outs[1]['text']!r}"
     for out in outs:
         assert len(out["token_ids"]) < 64, f"a complete grammar ends the request: {len(out['token_ids'])} tokens"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("Scheduler.is_finished", "apply_token_bitmask", "Scheduler.grammar_mask",
+                   "Scheduler.advance_grammar")
+def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
+    """With ignore_eos an EOS does not end a request, and EOS is what a complete grammar's matcher accepts last, so
+    only the finish rule's second half can end these: once the matcher has accepted the grammar's stop token it
+    accepts nothing more. Each answer equals HF generate with xgrammar's processor (which stops at that EOS) and
+    ends long before its 64 tokens; a free request with ignore_eos beside them runs to its max_tokens."""
+    specs = [GrammarSpec("regex", r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"),
+             GrammarSpec("ebnf", 'root ::= "The answer is " ("yes" | "no") "."'),
+             GrammarSpec("json_schema", json.dumps(SCHEMAS[2]))]
+    ids = [chat_ids(q) for q in ("When was the moon landing?", "Is water wet?", "Is the sky blue? Answer in JSON.")]
+    params = [SamplingParams(max_tokens=64, ignore_eos=True, **{spec.kind: spec.text}) for spec in specs]
+    free = SamplingParams(max_tokens=12, ignore_eos=True)
+    try:
+        outs = llm.generate(ids + [chat_ids(CHAT[0])], params + [free])
+    except RuntimeError as e:
+        if "terminated" not in str(e):
+            raise
+        raise AssertionError("a request ran on after its grammar was complete (with ignore_eos no EOS ends it), and "
+                             "xgrammar refused to fill the mask of its terminated matcher: a complete grammar must end "
+                             f"the request. xgrammar said: {str(e).strip()}") from None
+    tok = tokenizer(NAME)
+    for i, spec in enumerate(specs):
+        got, want = outs[i]["token_ids"], hf_constrained(ids[i], spec, 64)
+        assert len(want) < 64, f"the fixture: the {spec.kind}'s answer completes before 64 tokens: {tok.decode(want)!r}"
+        assert got == want, (f"request {i} ({spec.kind}, ignore_eos): {len(got)} tokens {tok.decode(got)!r}, HF with "
+                             f"xgrammar {len(want)} tokens {tok.decode(want)!r}: a complete grammar ends the request")
+    assert len(outs[3]["token_ids"]) == 12, "a free request with ignore_eos runs to its max_tokens"
+    assert not llm.scheduler.constraints, "finished requests keep no matcher"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
+def test_a_constrained_request_gets_the_models_logprobs_not_the_masked_ones(llm):
+    """logprobs (chapter 24) are the model's log_softmax, before any edit: under a grammar too. A mask written into
+    the logits in place would give the log-probabilities of the masked distribution instead (only the allowed
+    tokens, renormalised), which the first tokens of this grammar make far larger than the model's."""
+    spec = GrammarSpec("ebnf", 'root ::= "The answer is " ("yes" | "no") "."')
+    ids = chat_ids("Is water wet?")
+    out = llm.generate([ids], SamplingParams(max_tokens=16, ebnf=spec.text, logprobs=True, top_logprobs=2))[0]
+    tokens = out["token_ids"]
+    assert tokens == hf_constrained(ids, spec, 16), f"the answer differs from HF with xgrammar: {out['text']!r}"
+    with torch.inference_mode():
+        logits = hf_model(NAME)(torch.tensor([ids + tokens])).logits[0, len(ids) - 1: len(ids) + len(tokens) - 1]
+    want = logits.double().log_softmax(-1)[torch.arange(len(tokens)), torch.tensor(tokens)]
+    got = torch.tensor(out["logprobs"], dtype=torch.float64)
+    assert len(got) == len(tokens), f"{len(got)} logprobs for {len(tokens)} tokens"
+    masked = int((got > want + 1e-3).sum())
+    assert_close(got, want, 1e-4, "logprobs of a constrained request against HF's raw log_softmax"
+                 + (f" ({masked} of {len(tokens)} are larger than the model's: the mask was applied to the logits "
+                    "they are read from; apply_token_bitmask must return a new tensor)" if masked else ""), row="token")
     assert_clean(llm)
 
 
@@ -238,7 +353,7 @@ def test_bad_grammar_settings_are_a_value_error(kwargs, match):
         SamplingParams(**kwargs)
 
 
-@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.advance_grammar", "Scheduler.is_finished")
 def test_an_abort_mid_grammar_frees_the_request_and_its_matcher(llm):
     from minisgl.scheduler.utils import PendingReq
 
@@ -270,7 +385,8 @@ def client():
         yield OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_the_openai_client_gets_json_that_follows_its_schema(client):
     import jsonschema
 
@@ -303,7 +419,8 @@ def test_a_schema_that_does_not_compile_is_a_400_naming_response_format(client):
     assert r.choices[0].text, "the server answers after the bad requests"
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
     """Optimistic admission on a pool too small for six JSON answers at once: requests are retracted and
     recomputed, each keeps its matcher (by uid, with the tokens it accepted), and the answers equal those of a pool
@@ -329,7 +446,8 @@ def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
 # --- the GPU ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar")
+@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
+                   "Scheduler.is_finished")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_grammars_on_the_gpu_with_cuda_graphs(overlap):
     """On CUDA in float32, with CUDA graphs up to batch 8 and overlap on or off: a JSON schema row, a regex row and

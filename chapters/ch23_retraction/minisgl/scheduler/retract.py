@@ -55,11 +55,13 @@ class NewTokenRatio:
 
     def after_retraction(self, running: Sequence[Req]) -> None:
         """The pool ran dry: the estimate was too low. It becomes what the requests still running have really
-        generated, plus RETRACT_DECODE_STEPS tokens each, over what they may generate in all (their max_tokens), and
-        never less than `init`, nor more than 1."""
-        # TODO(ch23): observed = (tokens the running requests generated, device_len - prompt_len each, plus
-        # RETRACT_DECODE_STEPS per request) / (their max_tokens summed, + 1 so that no request divides by zero);
-        # current = that, at least init and at most 1.
+        generated, plus RETRACT_DECODE_STEPS tokens each, over what they may generate in all (the max_tokens each
+        was sent with), and never less than `init`, nor more than 1."""
+        # TODO(ch23): generated = the sum over `running` of device_len - prompt_len (tokens generated, counted on
+        # the device: a token still in flight counts); budget = the sum of sampling_params.max_tokens, the whole
+        # budget each request was sent with (not output_len: for a request admitted again after a retraction that is
+        # only what was left of its budget then). observed = (generated + RETRACT_DECODE_STEPS * len(running)) /
+        # (budget + 1) (the + 1: an empty list divides by 1); current = observed, at least init and at most 1.
         raise NotImplementedError("TODO(ch23): NewTokenRatio.after_retraction")
 
     def __repr__(self) -> str:

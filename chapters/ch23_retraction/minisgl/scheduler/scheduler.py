@@ -177,14 +177,19 @@ class Scheduler:
         return batch, need <= self.cache_manager.available_size
 
     def _make_room(self, batch: Batch, extra: int = 0) -> Batch | None:
-        """Retract requests of a decode batch until the pages of its next step, plus `extra` slots (a chunk that
-        continues in the same step), fit in what the pool can give: free pages and unlocked cached ones. The last
-        row stays, unless `extra` is work of its own to run. Then the new-token ratio rises (after a retraction)
-        or decays (a step that fits as it is). Returns the rows left as a decode batch, None if none is left."""
-        # TODO(ch23): while the batch's new pages (cache_manager.slots_for) plus extra exceed
-        # cache_manager.available_size: stop if one row is left and extra is 0; else pick_victim (by
-        # self.retraction_policy, never one of self.pinned; stop if there is none), take it out of the batch and
-        # _retract it. Then new_token_ratio.after_retraction(the running requests) if anything was retracted,
+        """Retract requests of a decode batch until the pages of its next step, plus `extra` slots, fit in what the
+        pool can give: free pages and unlocked cached ones. `extra` is what a prompt part-way through its chunks
+        still needs when it runs in the same step as these rows (a mixed batch, chapter 21); 0 otherwise.
+
+        The last row stays when extra is 0: the step would have nothing left to run, and the request would only be
+        admitted again into the same room. With extra above 0 the step still has the chunk to run, so the last row
+        may go too. Then the new-token ratio rises (after a retraction) or decays (a step that fits as it is).
+        Returns the rows left as a decode batch, None if none is left."""
+        # TODO(ch23): build `reqs`, the list of the rows that stay (the return below makes them the decode batch),
+        # starting from list(batch.reqs). While cache_manager.slots_for(reqs) + extra > cache_manager.available_size:
+        # stop if one row is left and extra is 0; else pick_victim(reqs, self.retraction_policy, self.pinned) (stop
+        # if it is None: every row is pinned), remove it from reqs and _retract it. Then
+        # new_token_ratio.after_retraction(self.decode_manager.running) if anything was retracted,
         # new_token_ratio.step() otherwise.
         raise NotImplementedError("TODO(ch23): Scheduler._make_room")
         return Batch(reqs, "decode") if reqs else None
@@ -195,10 +200,13 @@ class Scheduler:
         row are freed, and it waits at the front of the queue with its prompt and every token generated so far.
         A result of it still in flight is dropped (its token is computed again). Counted; pinned once retracted
         max_retractions times."""
-        # TODO(ch23): remove it from the running set; if a batch in self._unprocessed holds it, add its uid to
-        # self._freed; keep a copy of its input_ids (the host's prompt and tokens); _free it (cache_req keeps the
+        # TODO(ch23): remove it from the running set; if a batch in self._unprocessed holds it (overlap: its token
+        # is still on the way), add its uid to self._freed, so that token is dropped; _free it (cache_req keeps the
         # prefix); count the retraction in self.retractions (pin it in self.pinned at max_retractions) and in
-        # self.num_retractions; requeue a PendingReq of those ids with its sampling params and prompt_len.
+        # self.num_retractions; requeue PendingReq(req.uid, req.input_ids, req.sampling_params,
+        # prompt_len=req.prompt_len). input_ids (the host's prompt and tokens) need no copy: they are a view of the
+        # request's host buffer, whose entries append_host never writes again (chapter 1), and this Req gets no
+        # more tokens.
         raise NotImplementedError("TODO(ch23): Scheduler._retract")
         if self.on_retract is not None:
             self.on_retract(req)

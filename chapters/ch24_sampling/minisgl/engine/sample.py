@@ -165,11 +165,13 @@ class Sampler:
 
 
 def edit_logits(logits: torch.Tensor, edits: LogitsEdits) -> torch.Tensor:
-    """logit_bias, then the penalties, then min_tokens (last: a bias or a negative penalty cannot bring EOS back)."""
-    if edits.bias is not None:
-        logits = apply_logit_bias(logits, *edits.bias)
-    if edits.penalties is not None:
-        logits = edits.penalties.apply(logits, edits.token_pool)
-    if edits.min_tokens_rows is not None:
-        logits = mask_eos(logits, edits.min_tokens_rows, edits.eos_ids)
+    """Chapter 24's edits of a batch's float32 logits, before the argmax and the temperature: logit_bias, the
+    penalties and the min_tokens mask, each on the rows that ask for it (a field of `edits` left None: no row
+    does). Returns the edited logits; the order of the edits is the chapter's rule (Hugging Face's and vLLM's)."""
+    # TODO(ch24): apply each edit that is there: apply_logit_bias(logits, *edits.bias),
+    # edits.penalties.apply(logits, edits.token_pool), mask_eos(logits, edits.min_tokens_rows, edits.eos_ids).
+    # Choose their order: the repetition penalty divides a positive logit and multiplies a negative one, so
+    # whether it sees the biased logit changes the result, and Hugging Face and vLLM add the bias first; the
+    # min_tokens mask sets EOS to -inf, and comes last, after everything that could move a logit.
+    raise NotImplementedError("TODO(ch24): edit_logits")
     return logits

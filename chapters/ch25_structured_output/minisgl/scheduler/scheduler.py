@@ -261,11 +261,20 @@ class Scheduler:
 
     def is_finished(self, req: Req, token: int) -> bool:
         """Judged on the host copy of the sequence, whose last token is `token` (with overlap, the device side is
-        a batch ahead). Plain ints: this runs for every request at every step."""
+        a batch ahead). Plain ints: this runs for every request at every step. Chapter 25: a request with a grammar
+        also ends once its grammar is complete, whatever ignore_eos says."""
         eos = self.engine.model_config.eos_token_ids
         hit_eos = not req.sampling_params.ignore_eos and token in eos
+        done = req.input_ids.shape[0] >= req.max_device_len or hit_eos
         grammar = self.constraints.get(req.uid)
-        return req.input_ids.shape[0] >= req.max_device_len or hit_eos or (grammar is not None and grammar.finished)
+        if grammar is None:
+            return done
+        # TODO(ch25): the finish rule of a request with a grammar (its matcher `grammar` has just accepted `token`):
+        # it ends when chapter 24's rule says so (`done`: max_tokens reached, or EOS without ignore_eos), and also
+        # when the grammar is complete (grammar.finished: the matcher accepted the grammar's stop token). The second
+        # holds even with ignore_eos: a finished matcher accepts no token at all, so the request must not run
+        # another step (its next mask would be filled by a terminated matcher).
+        raise NotImplementedError("TODO(ch25): Scheduler.is_finished")
 
     def grammar_mask(self, batch: Batch) -> tuple[list[int], torch.Tensor] | None:
         """Chapter 25: (rows, bitmask) for the batch's rows that sample a token and have a grammar, in batch order:

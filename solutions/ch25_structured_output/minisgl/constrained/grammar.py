@@ -102,13 +102,16 @@ def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The logits with every token not allowed by its row's bitmask set to -inf, for the batch rows `rows` (the
-    constrained ones; bitmask[i] is rows[i]'s). Other rows are returned bit for bit. logits [B, vocab] float32,
-    bitmask [R, words] int32 on the logits' device, rows [R] int64."""
+    """A new tensor: the logits with every token not allowed by its row's bitmask set to -inf, for the batch rows
+    `rows` (the constrained ones; bitmask[i] is rows[i]'s); other rows bit for bit. `logits` itself is never written:
+    the engine reads chapter 24's log-probabilities, the model's own, from that same tensor after sampling (unlike
+    xgrammar's apply_token_bitmask_inplace). logits [B, vocab] float32, bitmask [R, words] int32 on the logits'
+    device, rows [R] int64."""
     # TODO(ch25): unpack the bits: token t of a row is allowed when bit (t % 32) of word t // 32 is set (the words
     # are int32, so bit 31 is the sign bit: shift right and mask with 1, which works for negative words too).
-    # Positions past the vocabulary's end in the last word are ignored. Set the logits of the disallowed tokens of
-    # the constrained rows to -inf, leaving every other row as it is.
+    # Positions past the vocabulary's end in the last word are ignored. Return a new tensor in which the disallowed
+    # tokens of the constrained rows are -inf and every other entry is as in `logits`; write nothing into `logits`
+    # (no indexed assignment, no masked_fill_ or index_copy_: the engine reads the logprobs from it afterwards).
     # >>> solution
     vocab = logits.shape[-1]
     shifts = torch.arange(32, device=logits.device, dtype=torch.int32)
