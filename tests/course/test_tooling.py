@@ -86,7 +86,22 @@ def test_skipped_tests_are_not_counted_against_a_stub():
     rows = {name: (status, detail) for name, status, detail, _ in
             course.stub_status([skeleton.Stub("ch17", n, "m.py") for n in ("A.f", "A.g")], records, None)}
     assert rows["A.f"] == ("done", "1 test passes"), rows
-    assert rows["A.g"] == ("untested", "its 1 test is skipped here: needs a CUDA GPU"), rows
+    assert rows["A.g"] == ("untested", "needs a CUDA GPU (its 1 test skips here)"), rows
+
+
+def test_a_stub_whose_tests_all_skip_says_what_would_run_them(tmp_path):
+    """On a machine without Triton (a Mac) a kernel stub's tests all skip: its row names what to install, whether
+    the learner has started it or not, and a started stub with a passing test is done as before."""
+    reason = "needs Triton (Linux only): pip install triton==3.6.0"
+    records = [{**_record(f"kernel[{i}]", "skipped", ["K.k"]), "message": reason} for i in range(2)]
+    records += [_record("select", "passed", ["B.b"]), {**_record("engine", "skipped", ["B.b"]), "message": reason}]
+    (tmp_path / "m.py").write_text('raise NotImplementedError("TODO(ch17): K.k")\n')
+    stubs = [skeleton.Stub("ch17", name, "m.py") for name in ("K.k", "B.b")]
+    fresh = {name: (status, detail) for name, status, detail, _ in course.stub_status(stubs[:1], records, tmp_path)}
+    assert fresh["K.k"] == ("not started", f"{reason} (its 2 tests skip here)"), fresh
+    rows = {name: (status, detail) for name, status, detail, _ in course.stub_status(stubs, records, None)}
+    assert rows["K.k"] == ("untested", f"{reason} (its 2 tests skip here)"), rows
+    assert rows["B.b"] == ("done", "1 test passes"), rows
 
 
 def test_check_table_shows_blamed_stub_failing_and_its_neighbours_done():
