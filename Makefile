@@ -27,8 +27,9 @@ help:  ## list the commands
 
 $(DEPS): requirements.txt
 	@echo "== installing Python packages (requirements.txt)"
-	@# torch first, pinned: a CPU build that never pulls a CUDA toolchain
-	$(PY) -m pip install -q --disable-pip-version-check "$$(grep '^torch==' requirements.txt)" \
+	@# torch first, pinned: a CPU build that never pulls a CUDA toolchain (its dependencies come with the rest,
+	@# from PyPI, so that only torch is looked up on TORCH_INDEX)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps "$$(grep '^torch==' requirements.txt)" \
 		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@mkdir -p build && touch $@

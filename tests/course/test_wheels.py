@@ -33,6 +33,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+pytestmark = pytest.mark.xdist_group("wheels")  # one worker checks the four platforms at once, and caches them
+
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "requirements.txt"
 CACHE = ROOT / "build" / "wheel-check"
