@@ -10,6 +10,9 @@ TP      ?=
 PORT    ?= 8000
 # Install stamps name the Python too: a new .venv gets its own packages.
 DEPS    := build/.deps-$(shell { echo '$(PY)'; cat requirements.txt; } | cksum | cut -d' ' -f1)
+# On Linux torch's CPU build comes from PyTorch's index: PyPI's Linux wheel is the CUDA build (~3 GB more, and it
+# pins a triton other than requirements.txt's). macOS takes PyPI's wheel. TORCH_INDEX= asks PyPI alone.
+TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),https://download.pytorch.org/whl/cpu)
 LABDEPS := build/.lab-deps-$(shell { echo '$(PY)'; cat requirements-lab.txt; } | cksum | cut -d' ' -f1)
 COURSE  := $(PY) -m tools.course
 FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
@@ -24,8 +27,10 @@ help:  ## list the commands
 
 $(DEPS): requirements.txt
 	@echo "== installing Python packages (requirements.txt)"
-	@# torch first, pinned: a CPU build that never pulls a CUDA toolchain
-	$(PY) -m pip install -q --disable-pip-version-check "$$(grep '^torch==' requirements.txt)"
+	@# torch first, pinned: a CPU build that never pulls a CUDA toolchain (its dependencies come with the rest,
+	@# from PyPI, so that only torch is looked up on TORCH_INDEX)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps "$$(grep '^torch==' requirements.txt)" \
+		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@mkdir -p build && touch $@
 

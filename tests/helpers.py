@@ -14,7 +14,10 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
 import torch
+
+from tools.optional import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "hf-cache"
@@ -32,6 +35,11 @@ CHAT = [
     "List three colors.",
     "Why do we need sleep?",
 ]
+
+
+# Triton has wheels for Linux only: a test of its kernels skips elsewhere, and says what would run it.
+HAS_TRITON = missing("triton") is None
+needs_triton = pytest.mark.skipif(not HAS_TRITON, reason=missing("triton") or "")
 
 
 def model_path(name: str) -> Path:

@@ -14,8 +14,8 @@ ON_CUDA = torch.cuda.is_available()
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the Triton test runs in its interpreter
 
-from helpers import (BF16_MARGIN, assert_clean, hf_greedy, hf_greedy_cuda, model_path, pending,  # noqa: E402
-                     prompt_ids, tokenizer)
+from helpers import (BF16_MARGIN, assert_clean, hf_greedy, hf_greedy_cuda, model_path, needs_triton,  # noqa: E402
+                     pending, prompt_ids, tokenizer)
 from minisgl.core import Batch, Req, SamplingParams  # noqa: E402
 from minisgl.llm import LLM  # noqa: E402
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager  # noqa: E402
@@ -215,6 +215,7 @@ def test_mixing_is_off_by_default():
     assert Scheduler(llm.engine, enable_mixed_chunk=True).enable_mixed_chunk
 
 
+@needs_triton
 @pytest.mark.anydevice
 @pytest.mark.stubs(*ALL_STUBS)
 def test_mixed_batches_on_the_triton_extend_kernel_match_hf():

@@ -29,7 +29,7 @@ if not ON_CUDA:
 from benchmark import bench, report  # noqa: E402
 from benchmark.machine import describe_state, machine_state  # noqa: E402
 from benchmark.runs import Measured, measure, spread  # noqa: E402
-from helpers import hf_greedy, hf_model, model_path  # noqa: E402
+from helpers import hf_greedy, hf_model, model_path, needs_triton  # noqa: E402
 from minisgl.benchmark.driver import RunOutput, run_ours  # noqa: E402
 from minisgl.benchmark.metrics import RequestTrace, TokenClock, request_latencies, summarize  # noqa: E402
 from minisgl.benchmark.random_model import QWEN3_0_6B  # noqa: E402
@@ -435,11 +435,11 @@ def test_ours_and_ours_without_overlap_generate_the_same_tokens_as_hf(tiny_qwen3
     assert [t.tokens for t in runs[1].traces] == [n for _, n in workload]
 
 
+@needs_triton
 def test_an_ablation_switch_is_recorded_and_undone_after_its_run(tiny_qwen3):
     """`make bench` runs several configurations in one process, in the order given (ours-block-64 before ours, say):
     a switch that an ablation row flips must be in its record and undone when its run ends, or every later system
     runs without the change it was meant to have."""
-    pytest.importorskip("triton")
     from minisgl.kernel.triton import attention
 
     before = (attention.MAX_SPLITS, attention.LONGEST_FIRST, attention.SMALL_BATCH_BLOCK)

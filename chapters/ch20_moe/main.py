@@ -1,7 +1,8 @@
 """Chapter 20 example: mixture of experts on tiny-qwen3-moe (8 experts, 2 per token). How layer 0's router shares
 the tokens of a prompt out, the experts computed three ways against float64, and the engine (one rank, then
 two) generating HF greedy's tokens. On a CPU the Triton kernel runs in its interpreter: right, slow, and no
-measure of speed (the H200 numbers come from `python -m benchmark.moe`, the harness beside the package)."""
+measure of speed (the H200 numbers come from `python -m benchmark.moe`, the harness beside the package); where
+Triton is missing (it has wheels for Linux only) the fused form is left out and the example says why."""
 
 import os
 import time
@@ -20,6 +21,7 @@ from minisgl.models import load_model  # noqa: E402
 from minisgl.moe import moe_grouped, moe_reference, select_experts  # noqa: E402
 from minisgl.moe.fused import fused_moe  # noqa: E402
 from tools.models import model_path_from_env  # noqa: E402
+from tools.optional import missing  # noqa: E402
 
 DEVICE = "cuda" if ON_CUDA else "cpu"
 PROMPTS = ["The router picks two experts for every token", "Paged memory lets many sequences share one pool",
@@ -43,9 +45,14 @@ def routing_and_three_forms(path, tok) -> bool:
     w13, w2 = block.experts.gate_up_proj, block.experts.down_proj
     want = moe_reference(x.double(), w13.double(), w2.double(), weights.double(), experts)
     ok = True
-    print("layer 0's experts on these tokens, three ways (float32; their speed is the H200 table's business):")
-    for name, fn in (("loop over experts", moe_reference), ("sorted + grouped", moe_grouped),
-                     ("Triton fused MoE", fused_moe)):
+    forms = [("loop over experts", moe_reference), ("sorted + grouped", moe_grouped)]
+    if missing("triton"):
+        print(f"the Triton fused MoE does not run here: {missing('triton')}")
+    else:
+        forms.append(("Triton fused MoE", fused_moe))
+    print(f"layer 0's experts on these tokens, {'three' if len(forms) == 3 else 'two'} ways "
+          "(float32; their speed is the H200 table's business):")
+    for name, fn in forms:
         got = fn(x, w13, w2, weights, experts)
         err = ((got.double() - want).norm() / want.norm()).item()
         ok &= err < 1e-5

@@ -86,7 +86,22 @@ def test_skipped_tests_are_not_counted_against_a_stub():
     rows = {name: (status, detail) for name, status, detail, _ in
             course.stub_status([skeleton.Stub("ch17", n, "m.py") for n in ("A.f", "A.g")], records, None)}
     assert rows["A.f"] == ("done", "1 test passes"), rows
-    assert rows["A.g"] == ("untested", "its 1 test is skipped here: needs a CUDA GPU"), rows
+    assert rows["A.g"] == ("untested", "needs a CUDA GPU (its 1 test skips here)"), rows
+
+
+def test_a_stub_whose_tests_all_skip_says_what_would_run_them(tmp_path):
+    """On a machine without Triton (a Mac) a kernel stub's tests all skip: its row names what to install, whether
+    the learner has started it or not, and a started stub with a passing test is done as before."""
+    reason = "needs Triton (Linux only): pip install triton==3.6.0"
+    records = [{**_record(f"kernel[{i}]", "skipped", ["K.k"]), "message": reason} for i in range(2)]
+    records += [_record("select", "passed", ["B.b"]), {**_record("engine", "skipped", ["B.b"]), "message": reason}]
+    (tmp_path / "m.py").write_text('raise NotImplementedError("TODO(ch17): K.k")\n')
+    stubs = [skeleton.Stub("ch17", name, "m.py") for name in ("K.k", "B.b")]
+    fresh = {name: (status, detail) for name, status, detail, _ in course.stub_status(stubs[:1], records, tmp_path)}
+    assert fresh["K.k"] == ("not started", f"{reason} (its 2 tests skip here)"), fresh
+    rows = {name: (status, detail) for name, status, detail, _ in course.stub_status(stubs, records, None)}
+    assert rows["K.k"] == ("untested", f"{reason} (its 2 tests skip here)"), rows
+    assert rows["B.b"] == ("done", "1 test passes"), rows
 
 
 def test_check_table_shows_blamed_stub_failing_and_its_neighbours_done():
@@ -177,6 +192,18 @@ def test_check_says_plainly_when_the_suite_passes_but_the_example_fails(monkeypa
     assert "failed (exit code 1" in out and "chapter 3 passes" not in out, out
     code, out = _check_output(monkeypatch, capsys, 0, passed)
     assert code == 0 and "chapter 3 passes: its tests and its example" in out, out
+
+
+def test_check_names_the_stubs_it_could_not_check_on_this_machine(monkeypatch, capsys):
+    """A stub whose every test skipped (a Triton kernel on a Mac) is named at the end with what it needs; the
+    chapter passes what runs here. Stubs whose tests ran are not named."""
+    reason = "needs Triton (Linux only; this machine is macOS arm64): run it on Linux or in WSL2"
+    records = [_record("layer", "passed", ["LlamaDecoderLayer.forward", "RopeAttn.forward"]),
+               *[{**_record(f"kernel{i}", "skipped", ["merge_weights"]), "message": reason} for i in range(2)]]
+    code, out = _check_output(monkeypatch, capsys, 0, records)
+    row = next(line for line in out.splitlines() if line.startswith("merge_weights "))
+    assert code == 0 and row.split()[1] == "untested" and row.endswith(f"{reason} (its 2 tests skip here)"), out
+    assert "chapter 3 passes what runs on this machine" in out and "Not checked here: merge_weights (" in out, out
 
 
 def test_check_counts_skips_and_gives_each_reason_once(monkeypatch, capsys):
