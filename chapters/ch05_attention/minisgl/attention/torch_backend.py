@@ -16,6 +16,15 @@ def _gather_kv(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     return cache.index_select(0, slots.reshape(-1)).view(*slots.shape, *cache.shape[1:])
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """SDPA with heads first ([batch, heads, len, D]) and grouped-query heads read in place (enable_gqa). On a CPU,
+    16-bit inputs are attended in float32 (the CPU's 16-bit SDPA kernels are several times slower) and the result
+    is cast back."""
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        return _attend(q.float(), k.float(), v.float(), mask, scale).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
 class TorchAttnBackend(BaseAttnBackend):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
@@ -32,7 +41,7 @@ class TorchAttnBackend(BaseAttnBackend):
         for i in range(len(meta.seq_lens)):
             # TODO(ch05): read this request's keys/values through its page-table row (all seq_len tokens, with
             # _gather_kv), and let new token j (at position cached_len + j) see keys at positions <= cached_len + j
-            # (SDPA with enable_gqa=True: the kv heads are not repeated).
+            # (attend with _attend: the kv heads are not repeated).
             raise NotImplementedError("TODO(ch05): TorchAttnBackend.forward_extend")
         return torch.cat(outputs)
 
@@ -40,5 +49,5 @@ class TorchAttnBackend(BaseAttnBackend):
                        meta: BaseAttnMetadata, scale: float) -> torch.Tensor:
         """Decode: one query per request against all its keys, padded to the longest request and masked."""
         # TODO(ch05): gather [B, max_len] slots from the page-table rows (keys and values with _gather_kv), mask
-        # positions >= seq_len, and attend with one query per request (q is [B, Hq, D]; enable_gqa=True).
+        # positions >= seq_len, and attend with one query per request (q is [B, Hq, D]; _attend).
         raise NotImplementedError("TODO(ch05): TorchAttnBackend.forward_decode")

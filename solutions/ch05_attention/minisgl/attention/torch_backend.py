@@ -16,6 +16,15 @@ def _gather_kv(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     return cache.index_select(0, slots.reshape(-1)).view(*slots.shape, *cache.shape[1:])
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """SDPA with heads first ([batch, heads, len, D]) and grouped-query heads read in place (enable_gqa). On a CPU,
+    16-bit inputs are attended in float32 (the CPU's 16-bit SDPA kernels are several times slower) and the result
+    is cast back."""
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        return _attend(q.float(), k.float(), v.float(), mask, scale).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
 class TorchAttnBackend(BaseAttnBackend):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
@@ -32,7 +41,7 @@ class TorchAttnBackend(BaseAttnBackend):
         for i in range(len(meta.seq_lens)):
             # TODO(ch05): read this request's keys/values through its page-table row (all seq_len tokens, with
             # _gather_kv), and let new token j (at position cached_len + j) see keys at positions <= cached_len + j
-            # (SDPA with enable_gqa=True: the kv heads are not repeated).
+            # (attend with _attend: the kv heads are not repeated).
             # >>> solution
             q_i = q[meta.cu_seqlens_q[i] : meta.cu_seqlens_q[i + 1]]  # [n, Hq, D]
             seq_len, cached = int(meta.seq_lens[i]), int(meta.cached_lens[i])
@@ -41,8 +50,7 @@ class TorchAttnBackend(BaseAttnBackend):
             v_i = _gather_kv(v_cache, slots)
             query_pos = torch.arange(cached, seq_len, device=q.device)
             mask = torch.arange(seq_len, device=q.device)[None, :] <= query_pos[:, None]  # [n, seq_len]
-            out = F.scaled_dot_product_attention(q_i.transpose(0, 1), k_i.transpose(0, 1), v_i.transpose(0, 1),
-                                                 attn_mask=mask, scale=scale, enable_gqa=True)
+            out = _attend(q_i.transpose(0, 1), k_i.transpose(0, 1), v_i.transpose(0, 1), mask, scale)
             outputs.append(out.transpose(0, 1))
             # <<< solution
         return torch.cat(outputs)
@@ -51,14 +59,13 @@ class TorchAttnBackend(BaseAttnBackend):
                        meta: BaseAttnMetadata, scale: float) -> torch.Tensor:
         """Decode: one query per request against all its keys, padded to the longest request and masked."""
         # TODO(ch05): gather [B, max_len] slots from the page-table rows (keys and values with _gather_kv), mask
-        # positions >= seq_len, and attend with one query per request (q is [B, Hq, D]; enable_gqa=True).
+        # positions >= seq_len, and attend with one query per request (q is [B, Hq, D]; _attend).
         # >>> solution
         max_len = meta.max_seqlen_k
         slots = self.page_table[meta.table_idx, :max_len]  # [B, L]
         k = _gather_kv(k_cache, slots).transpose(1, 2)  # [B, Hkv, L, D]
         v = _gather_kv(v_cache, slots).transpose(1, 2)
         mask = torch.arange(max_len, device=q.device)[None, :] < meta.seq_lens[:, None]  # [B, L]
-        out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask[:, None, None, :], scale=scale,
-                                             enable_gqa=True)
+        out = _attend(q.unsqueeze(2), k, v, mask[:, None, None, :], scale)
         return out.squeeze(2)
         # <<< solution
