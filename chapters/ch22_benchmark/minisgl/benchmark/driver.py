@@ -154,10 +154,11 @@ def ours_config(name: str, device: torch.device, workload: Workload, page_size: 
 def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float | None = None,
          max_extend_tokens: int = 16384, page_size: int | None = None, cuda_graph_max_bs: int = 256,
          device: str | torch.device = "auto", dtype: str = "auto",
-         sampling: dict | None = None) -> Iterator[Callable[[], RunOutput]]:
+         sampling: dict | None = None, **engine_args) -> Iterator[Callable[[], RunOutput]]:
     """One of our configurations, built once and warmed up with two short requests; yields run(), which runs
     the whole workload once (or aborts what is left after max_seconds) and can be called again. `sampling`: more
-    SamplingParams fields for every request of the workload."""
+    SamplingParams fields for every request of the workload; `engine_args`: more EngineConfig fields (the CPU
+    benchmark sizes the KV pool with cpu_kv_cache_mb)."""
     from minisgl.llm import LLM
 
     triton_attention = _triton_attention()
@@ -178,7 +179,8 @@ def ours(model_path, workload: Workload, name: str = "ours", max_seconds: float 
             triton_attention.SMALL_BATCH_BLOCK = None
     llm = None
     try:
-        llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs)
+        llm = LLM(model_path, max_extend_tokens=max_extend_tokens, overlap=overlap, dtype=dtype, **kwargs,
+                  **engine_args)
         warm = [ids[:8] for ids, _ in workload[:2]]
         llm.generate(warm, SamplingParams(max_tokens=4, ignore_eos=True, **(sampling or {})))  # kernels, memory
         yield lambda: _run_once(llm, workload, name, max_seconds, max_extend_tokens, device, sampling)
