@@ -16,8 +16,8 @@ from minisgl.core import SamplingParams
 from minisgl.message.utils import decode_value
 from minisgl.message import (WIRE_VERSION, AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg,
                              BaseTokenizerMsg, BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg,
-                             ErrorMsg, ErrorReply, ExitMsg, GetStatusMsg, MessageError, StatusMsg, StatusReply,
-                             TokenizeMsg, UserMsg, UserReply, batched, decode_message, encode_message,
+                             ErrorMsg, ErrorReply, ExitMsg, GetStatusMsg, HoldMsg, MessageError, StatusMsg,
+                             StatusReply, TokenizeMsg, UserMsg, UserReply, batched, decode_message, encode_message,
                              unwrap)
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 
@@ -47,7 +47,7 @@ def samples() -> list:
                     auto_max_tokens=True),
         DetokenizeMsg(3, 42, False), DetokenizeMsg(3, 0, True, "length"), AbortMsg(9),
         ErrorMsg(6, "prompt too long: 9000 > 4096"), StatusMsg(7, {"running": 2, "free_slots": 2**40}),
-        GetStatusMsg(7),
+        GetStatusMsg(7), HoldMsg(8, 0), HoldMsg(9, None), HoldMsg(10, 3),
         BatchTokenizerMsg([DetokenizeMsg(1, 2, True), AbortMsg(1), TokenizeMsg(2, "x", SamplingParams())]),
         UserReply(3, "", False), UserReply(3, "déjà vu\n", True, "stop", 12, 2**33),
         ErrorReply(4, "the prompt is empty"), StatusReply(8, {}),
