@@ -3,7 +3,8 @@
 Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
 the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
 step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
-tokens. Only when nothing runs or waits does it block on the socket.
+tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
+still takes messages but launches no batch, so a test can queue requests first and then let them run together.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
 the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
 step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
-tokens. Only when nothing runs or waits does it block on the socket. A token of a request that asked for
-log-probabilities (chapter 24) carries its own and its top_logprobs in the same message. With speculative decoding
+tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
+still takes messages but launches no batch, so a test can queue requests first and then let them run together.
+A token of a request that asked for log-probabilities (chapter 24) carries its own and its top_logprobs in the
+same message. With speculative decoding
 (chapter 26) one step may give a request several tokens: one message each, in order, the last one marked finished.
 """
 
