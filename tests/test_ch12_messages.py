@@ -221,9 +221,9 @@ def test_bad_frames_raise_and_the_queue_delivers_the_next_message(addr):
             raw.send(frame)
             push.put(AbortBackendMsg(i))
             with pytest.raises(MessageError) as err:
-                pull.get(timeout=5)
+                pull.get(timeout=30)
             assert word in str(err.value), f"{name}: the error should name {word!r}, it says: {err.value}"
-            after = pull.get(timeout=5)
+            after = pull.get(timeout=30)
             assert plain(after) == plain(AbortBackendMsg(i)), f"after the {name}, the next message was {after}"
         assert pull.empty(), "a bad frame was delivered twice or left behind"
     finally:
