@@ -197,3 +197,45 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, bound: float, what: str,
              if g.shape[0] > 1 else "")
     raise AssertionError(f"{what}: relative error {err:.2e}, the bound is {bound:.0e}; {where}element {j} is "
                          f"{float(g[i, j]):.6g}, expected {float(w[i, j]):.6g}")
+
+
+# ---- a server's test hook (chapter 15's /pause_generation and /continue_generation) ---------------------------------
+
+def hold(url: str, steps: int | None) -> dict:
+    """Pause the server's scheduler (steps 0), let it run `steps` more batches and pause again, or let it run freely
+    (None); the scheduler's status once that is in effect. Paused, it queues requests and answers aborts and
+    /health: a test builds the state it needs (requests waiting together, a request mid-answer) this way, never by
+    timing."""
+    import httpx
+
+    path = "/pause_generation" if steps == 0 else "/continue_generation"
+    r = httpx.post(url + path, params={"steps": steps} if steps else None, timeout=120)
+    assert r.status_code == 200, f"{path} (steps {steps}): {r.status_code} {r.text}"
+    return r.json()
+
+
+def step_until(url: str, done: Callable[[dict], bool], what: str, most: int = 64) -> dict:
+    """Run a paused server one batch at a time until done(status after the batch) holds; that status."""
+    for _ in range(most):
+        if done(status := hold(url, 1)):
+            return status
+    raise AssertionError(f"{what}: not after {most} batches; the scheduler's status {status}")
+
+
+def health_until(url: str, done: Callable[[dict], bool], what: str, timeout: float = 120.0,
+                 check: Callable[[], None] = lambda: None) -> dict:
+    """/health, asked again until done(status) holds: a message crossing the server's processes. `check` runs
+    between two asks (say, to fail at once when a request has ended early)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(url + "/health", timeout=30)
+        status = r.json() if r.status_code == 200 else {}
+        if done(status):
+            return status
+        check()
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s; /health answered {r.text}"
+        time.sleep(0.05)

@@ -17,7 +17,7 @@ from helpers import TEXTS, assert_clean, hf_greedy, model_path, prompt_ids, toke
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.message import (AbortBackendMsg, AbortMsg, BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ErrorMsg, ErrorReply,
-                             ExitMsg, GetStatusMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
+                             ExitMsg, GetStatusMsg, HoldMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
 from minisgl.scheduler.io import SchedulerIO
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.scheduler import Scheduler
@@ -224,6 +224,86 @@ def test_exit_ends_the_loop_even_with_work_left():
     assert_all_free(io)
 
 
+class Script(Inbox):
+    """An inbox that plays a script: messages; None, which ends a turn of the loop (it steps once); and checks,
+    called when the loop asks for its next message (the last turn's results sent). It records every timeout asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list = []
+
+    def get(self, timeout=None):
+        while self.items and callable(self.items[0]):
+            self.items.pop(0)()
+        self.timeouts.append(timeout)
+        return super().get(timeout)
+
+
+def scripted_io(overlap: bool) -> SchedulerIO:
+    io = make_io(overlap=overlap)
+    io.recv = Script()
+    io.recv.scheduler = io.scheduler
+    return io
+
+
+@pytest.mark.stubs(*IO_STUBS)
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+def test_a_hold_launches_nothing_and_steps_one_batch_at_a_time(overlap):
+    """HoldMsg, the test hook of the server's /pause_generation: held, requests queue and aborts and status queries
+    are answered but no batch runs; steps=1 runs one batch, whose tokens are sent before the hold's answer (with
+    overlap the batch in flight is finished first); None runs freely again. The answers stay HF greedy."""
+    io = scripted_io(overlap)
+    sched = io.scheduler
+    prompts = prompt_ids("tiny-qwen3", 2)
+    want = [hf_greedy("tiny-qwen3", ids, 6) for ids in prompts]
+
+    def sent(kind, uid=None) -> list:
+        return [m for m in io.send.sent if isinstance(m, kind) and uid in (None, m.uid)]
+
+    def held() -> None:
+        assert not sched.history and not sent(DetokenizeMsg), f"held, yet batches ran: {sched.history}"
+        replies = sent(StatusMsg, 10)
+        assert len(replies) == 1 and replies[0].status["waiting"] == 2, f"the hold's answer: {replies}"
+        assert all(t and t > 0 for t in io.recv.timeouts[-2:]), \
+            f"a held loop waits on its socket rather than spinning: it asked with timeouts {io.recv.timeouts}"
+
+    def one_step() -> None:
+        assert len(sched.history) == 1, f"steps=1 ran batches {sched.history}"
+        tokens = sorted((m.uid, m.next_token) for m in sent(DetokenizeMsg))
+        assert tokens == [(0, want[0][0]), (1, want[1][0])], f"after one batch: tokens {tokens}"
+        reply = sent(StatusMsg, 11)
+        assert reply and io.send.sent.index(reply[0]) > max(map(io.send.sent.index, sent(DetokenizeMsg))), \
+            "the hold answers after the batch's tokens are sent"
+        assert reply[0].status["running"] == 2, f"both requests decode now: {reply[0].status}"
+
+    def aborted_while_held() -> None:
+        status = sent(StatusMsg, 12)[0].status
+        assert (status["running"], status["waiting"], len(sched.history)) == (1, 0, 1), \
+            f"the abort is acted on while held, and still nothing runs: {status}, batches {sched.history}"
+
+    io.recv.items += [HoldMsg(10, 0), user_msg(0, prompts[0], 6), user_msg(1, prompts[1], 6), None, None, None,
+                      held, HoldMsg(11, 1), None, None, None, one_step,
+                      AbortBackendMsg(1), GetStatusMsg(12), None, None, aborted_while_held, HoldMsg(13, None)]
+    io.run_forever(alive=lambda: bool(io.recv.items))  # ends once the script is played and nothing runs
+    got = tokens_by_uid(io.send.sent)
+    assert [m.next_token for m in got[0]] == want[0], f"request 0 after the hold: {[m.next_token for m in got[0]]}"
+    assert [m.next_token for m in got[1]] == want[1][:1], "request 1 was aborted after its first token"
+    assert sent(StatusMsg, 13), "a HoldMsg(None) is answered too"
+    assert_all_free(io)
+
+
+@pytest.mark.stubs(*IO_STUBS)
+def test_a_held_loop_stops_when_its_parent_is_gone():
+    """Held with a request waiting, nothing will let it go once the parent is gone: the loop ends (as an ExitMsg
+    would end it) instead of waiting forever."""
+    io = scripted_io(overlap=True)
+    io.recv.items += [HoldMsg(1, 0), user_msg(0, prompt_ids("tiny-qwen3", 1)[0], 8), None]
+    io.run_forever(alive=lambda: False)
+    assert not io.running and not io.scheduler.history, "the held loop must end without running a batch"
+    io.scheduler.abort_all()
+    assert_all_free(io)
+
+
 # ---- the tokenizer process's logic, in-process ----------------------------------------------------------------
 
 def worker(max_seq_len=512) -> TokenizerWorker:
@@ -402,28 +482,56 @@ def test_workers_report_their_limits_and_run_in_a_process_group_of_their_own(wor
     assert not same, f"{same} share the front end's process group: a signal to the group would kill them"
 
 
+def ask(w: Workers, msg, replies: list) -> dict:
+    """Send a GetStatusMsg or HoldMsg to the scheduler; the status it answers with. The replies that reach the front
+    end before that answer are added to `replies`: the scheduler sends a step's tokens before it answers."""
+    w.to_scheduler.put(msg)
+    got = receive(w, lambda rs: any(isinstance(r, StatusReply) and r.uid == msg.uid for r in rs))
+    replies += [r for r in got if not isinstance(r, StatusReply)]
+    return next(r for r in got if isinstance(r, StatusReply) and r.uid == msg.uid).status
+
+
+def until(w: Workers, replies: list, what: str, done, timeout: float = 60.0) -> dict:
+    """The scheduler's status, asked again until done(status) holds (a message crossing two processes)."""
+    deadline = time.monotonic() + timeout
+    while not done(s := ask(w, GetStatusMsg(10**6 + 1), replies)):
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s; status {s}"
+        time.sleep(0.05)
+    return s
+
+
 @pytest.mark.stubs(*IO_STUBS, *WORKER_STUBS)
 def test_processes_stream_hf_greedy_text_and_abort(workers):
+    """Three requests and a long one (5), all held until they wait together (HoldMsg, the scheduler's test hook),
+    then run one batch at a time until 5 has a token; aborted while held, it can finish no more: its stream ends
+    with "abort" after the tokens it had, and the others' text equals HF greedy."""
     tok = tokenizer("smollm2")
     prompts = prompt_ids("smollm2", 3)
+    replies: list = []
+    ask(workers, HoldMsg(10**6 + 2, 0), replies)
     for uid, ids in enumerate(prompts):
         workers.to_tokenizer.put(TokenizeMsg(uid, ids, SamplingParams(max_tokens=16)))
     workers.to_tokenizer.put(TokenizeMsg(5, prompts[0], SamplingParams(max_tokens=200, ignore_eos=True)))
-    replies = receive(workers, lambda rs: any(r.uid == 5 for r in rs))
+    until(workers, replies, "the four requests wait", lambda s: s["waiting"] == 4)
+    while not any(r.uid == 5 for r in replies):
+        held = ask(workers, HoldMsg(10**6 + 3, 1), replies)
+    seen = sum(r.uid == 5 for r in replies)
     workers.to_tokenizer.put(AbortMsg(5))
-    replies += receive(workers, finished([0, 1, 2, 5]))
+    until(workers, replies, "the abort reaches the scheduler", lambda s: s["running"] + s["waiting"] ==
+          held["running"] + held["waiting"] - 1)
+    ask(workers, HoldMsg(10**6 + 4, None), replies)
+    replies += receive(workers, lambda rs: finished([0, 1, 2, 5])(replies + rs))
     for uid, ids in enumerate(prompts):
         want = hf_greedy("smollm2", ids, 16, stop_at_eos=True)
         mine = [r for r in replies if r.uid == uid]
         text = "".join(r.incremental_output for r in mine)
         assert text == tok.decode(want, skip_special_tokens=True), f"request {uid}: {text!r}"
         assert mine[-1].completion_tokens == len(want) and mine[-1].prompt_tokens == len(ids), f"usage {mine[-1]}"
-    last = [r for r in replies if r.uid == 5][-1]
-    assert last.finish_reason == "abort" and last.completion_tokens < 200, f"the aborted request ended with {last}"
-    deadline = time.monotonic() + 30
-    while (s := status(workers))["running"] or s["waiting"]:
-        assert time.monotonic() < deadline, f"the scheduler still holds requests: {s}"
-        time.sleep(0.2)
+    mine = [r for r in replies if r.uid == 5]
+    assert mine[-1].finish_reason == "abort" and mine[-1].completion_tokens == seen and len(mine) == seen + 1, \
+        f"aborted after {seen} tokens, request 5 ended with {mine[-1]} after {len(mine)} replies"
+    s = until(workers, replies, "the scheduler lets go of every request", lambda s: not s["running"] and
+              not s["waiting"])
     assert s.get("integrity_checked") == 1 and s["available_slots"] == s["total_slots"], \
         f"after the abort every KV slot is free or cached again: {s}"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import selectors
 import signal
 import threading
 import time
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import httpx
 import pytest
 
-from helpers import CHAT, TEXTS, hf_greedy, model_path, tokenizer
+from helpers import CHAT, TEXTS, health_until, hf_greedy, hold, model_path, step_until, tokenizer
 from minisgl.message import UserReply
 from minisgl.server.api_server import Completion, events
 from minisgl.server.local import LocalServer
@@ -378,9 +379,10 @@ def test_response_ids_are_not_guessable():
 class Recorder:
     def __init__(self) -> None:
         self.sent = []
+        self.clock = time.monotonic
 
     def put(self, msg) -> None:
-        self.sent.append((time.monotonic(), msg))
+        self.sent.append((self.clock(), msg))
 
 
 class FakeWorkers:
@@ -401,25 +403,52 @@ def make_app(api_key: str | None = "s3cret"):
     return app, frontend, TestClient(app, raise_server_exceptions=False)  # no lifespan: no reply thread
 
 
+class VirtualClock(asyncio.SelectorEventLoop):
+    """An event loop whose clock jumps to its next timer whenever nothing is ready to run: sleeps, timeouts and
+    loop.time() mean what they say, but no wall time passes, so "within a second" holds or fails the same way on
+    an idle and on a loaded machine."""
+
+    class Selector(selectors.DefaultSelector):
+        def __init__(self, loop: VirtualClock) -> None:
+            super().__init__()
+            self.loop = loop
+
+        def select(self, timeout=None):
+            events = super().select(0 if timeout is not None else None)
+            if not events and timeout:
+                self.loop.now += timeout  # nothing to do until the next timer: go there at once
+            return events
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        super().__init__(self.Selector(self))
+
+    def time(self) -> float:
+        return self.now
+
+
 @pytest.mark.stubs("complete")
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream-still-queued"])
 @pytest.mark.parametrize("api_key", [None, "s3cret"], ids=["no-key", "api-key"])
 def test_a_client_that_leaves_a_waiting_request_aborts_it_within_a_second(stream, api_key):
     """The client hangs up while its request waits (not streamed, or streamed but before its first token): the
-    front end must notice (request.is_disconnected(), which any middleware must leave working) and abort it."""
+    front end must notice (request.is_disconnected(), which any middleware must leave working) and abort it, within
+    a second of the event loop's time (a virtual clock: the machine's load cannot change the answer)."""
     from minisgl.message import AbortMsg
 
     app, frontend, _ = make_app(api_key)
+    loop = VirtualClock()
+    frontend.workers.to_tokenizer.clock = loop.time
     body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 100, "stream": stream}).encode()
-    left_at = time.monotonic() + 0.3
+    left_at = 0.3
     state, answered = {"body_sent": False}, []
 
     async def receive():  # as uvicorn's: the body, then nothing until the client leaves, then a disconnect
         if not state["body_sent"]:
             state["body_sent"] = True
             return {"type": "http.request", "body": body, "more_body": False}
-        if time.monotonic() < left_at:
-            await asyncio.sleep(left_at - time.monotonic())
+        if loop.time() < left_at:
+            await asyncio.sleep(left_at - loop.time())
         return {"type": "http.disconnect"}
 
     async def send(message):
@@ -436,10 +465,14 @@ def test_a_client_that_leaves_a_waiting_request_aborts_it_within_a_second(stream
         task = asyncio.create_task(app(scope, receive, send))
         await asyncio.wait([task], timeout=3.0)
         task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
-    asyncio.run(run())
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
     aborts = [t for t, m in frontend.workers.to_tokenizer.sent if isinstance(m, AbortMsg)]
-    assert aborts and aborts[0] - left_at < 1.0, \
+    assert aborts and 0 <= aborts[0] - left_at < 1.0, \
         f"the request must be aborted within a second of its client leaving: aborted {aborts and aborts[0] - left_at}" \
         f" (the app answered {answered})"
 
@@ -452,6 +485,9 @@ def test_the_api_key_guards_every_route_that_changes_state():
         f"/abort_request without the key: {r.status_code} {r.text}"
     r = http.post("/abort_request", json={"id": "cmpl-x"}, headers=key)
     assert r.status_code == 404, f"with the key, an unknown id is a 404: {r.status_code} {r.text}"
+    for path in ("/pause_generation", "/continue_generation?steps=1"):
+        r = http.post(path)
+        assert r.status_code == 401, f"{path} without the key: {r.status_code} {r.text}"
     assert http.get("/").status_code == 200, "the chat page loads without the key (it asks for it)"
 
 
@@ -465,6 +501,13 @@ def test_a_bad_abort_request_is_an_openai_error(content, status, param):
     assert r.status_code == status, f"{content}: {r.status_code} {r.text}"
     assert set(r.json().get("error", {})) == {"message", "type", "param", "code"} and \
         r.json()["error"]["param"] == param, f"{content}: not an OpenAI error naming {param!r}: {r.text}"
+
+
+def test_continue_generation_refuses_a_bad_step_count():
+    _, _, http = make_app(None)
+    for query in ("steps=0", "steps=-2", "steps=many"):
+        r = http.post(f"/continue_generation?{query}")
+        assert r.status_code == 400 and r.json()["error"]["param"] == "steps", f"{query}: {r.status_code} {r.text}"
 
 
 def test_unknown_paths_wrong_methods_and_model_cards_answer_openai_style():
@@ -714,24 +757,35 @@ def test_64_concurrent_streams_with_disconnects(server):
 @pytest.mark.stubs(*SERVER_STUBS)
 def test_a_client_that_leaves_a_non_streamed_request_frees_it(server):
     """The client gives up (its timeout) on a long answer that is not streamed: the request is aborted in the
-    workers, not run to its end for nobody. (How soon, within a second, is checked in-process above; here the
-    machine's speed decides the rest.) The request's end is read from /metrics: finish reason "abort", and far
-    fewer than its 400 tokens generated."""
+    workers, not run to its end for nobody. (How soon, within a second, is checked in-process above.) The server is
+    paused once the request decodes, so it is still there when the client leaves, whatever the machine's speed;
+    the abort reaches the scheduler while paused. The request's end is read from /metrics: finish reason "abort",
+    and only the tokens of the batches it ran."""
     body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
     ok = httpx.post(server.url + "/v1/completions", json=body | {"max_tokens": 2}, timeout=60)
     assert ok.status_code == 200, ok.text
     settle(server)
     before = scrape(server)
-    with pytest.raises(httpx.TimeoutException):
-        httpx.post(server.url + "/v1/completions", json=body, timeout=httpx.Timeout(60, read=1.5))
-    left = time.monotonic()
-    assert_nothing_held(server, timeout=60)
+    hold(server.url, 0)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            left = pool.submit(httpx.post, server.url + "/v1/completions", json=body,
+                               timeout=httpx.Timeout(60, read=1.5))
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            ran = step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
+            with pytest.raises(httpx.TimeoutException):
+                left.result(120)
+        health_until(server.url, lambda s: s.get("running") == 0 and s.get("waiting") == 0,
+                     "the request left by its client is aborted in the scheduler (paused)")
+    finally:
+        hold(server.url, None)
+    assert_nothing_held(server)
     after = scrape(server)
     aborted = metric(after, "minisgl_requests_finished_total", finish_reason="abort") - \
         metric(before, "minisgl_requests_finished_total", finish_reason="abort")
     generated = metric(after, "minisgl_generation_tokens_total") - metric(before, "minisgl_generation_tokens_total")
     assert aborted == 1 and generated < 400, f"the request left by its client must be aborted: {aborted} aborted, " \
-        f"{generated:.0f} tokens generated; the scheduler was idle {time.monotonic() - left:.1f} s after it left"
+        f"{generated:.0f} tokens generated (it had decoded when paused: {ran})"
 
 
 def scrape(server: Server) -> dict:
@@ -782,10 +836,28 @@ def test_metrics_in_prometheus_text_format(server):
     assert metric(after, "minisgl_kv_pages_total") > 0
 
     body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as stream:
-        lines = stream.iter_lines()  # held: a dropped iterator closes the connection (and aborts the request)
-        next(lines)
-        during = scrape(server)
+
+    scraped = threading.Event()
+
+    def first_event() -> str:  # the client stays until /metrics is read, then leaves, which aborts the request
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as stream:
+            lines = stream.iter_lines()  # held: a dropped iterator closes the connection (and aborts the request)
+            line = next(lines)
+            scraped.wait(120)
+            return line
+
+    hold(server.url, 0)  # paused: the request decodes while /metrics is read, however fast the machine
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(first_event)
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
+            during = scrape(server)
+            scraped.set()
+            assert first.result(120).startswith("data: "), "the stream's first event"
+    finally:
+        scraped.set()
+        hold(server.url, None)
     assert metric(during, "minisgl_num_requests_running") == 1 and metric(during, "minisgl_kv_pages_used") > 0, \
         f"while one request decodes: {during}"
     assert_nothing_held(server)
@@ -800,7 +872,7 @@ def test_the_startup_line_and_the_request_log(servers):
     r = httpx.post(s.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True},
                    timeout=60)
     assert r.status_code == 200, r.text
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # the line comes as the request ends: a wait for it, not a speed limit
     while not (logged := [x for x in s.tail().splitlines() if r.json()["id"] in x]):
         assert time.monotonic() < deadline, f"no log line names {r.json()['id']}:\n{s.tail()}"
         time.sleep(0.1)
@@ -829,19 +901,37 @@ def test_a_stream_interval_sends_several_tokens_per_event(servers):
 
 @pytest.mark.stubs(*SERVER_STUBS)
 def test_abort_request_ends_a_stream_with_abort(server):
+    """/abort_request with a stream's id, sent once its first event has come, while the server is paused (so the
+    stream cannot end first, however fast the machine): the stream ends with "abort"."""
     body = {"prompt": TEXTS[1], "max_tokens": 300, "temperature": 0, "ignore_eos": True, "stream": True}
-    reasons, aborted = [], False
-    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
-        assert r.status_code == 200, r.read().decode()
-        for line in r.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if not aborted:
-                a = httpx.post(server.url + "/abort_request", json={"id": chunk["id"]}, timeout=30)
-                assert a.status_code == 200, a.text
-                aborted = True
-            reasons.append(chunk["choices"][0]["finish_reason"])
+    chunks, first = [], threading.Event()
+
+    def stream() -> None:
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+            if r.status_code != 200:  # it could not start: its error (HTTP status and body) says why
+                first.set()
+                raise AssertionError(f"HTTP {r.status_code}: {r.read().decode()}")
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    chunks.append(json.loads(line[6:]))
+                    first.set()
+
+    hold(server.url, 0)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            streamed = pool.submit(stream)
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
+            assert first.wait(120), "the stream's first event never came"
+            if not chunks:
+                streamed.result()  # its error
+            a = httpx.post(server.url + "/abort_request", json={"id": chunks[0]["id"]}, timeout=30)
+            assert a.status_code == 200, a.text
+            hold(server.url, None)
+            streamed.result(120)
+    finally:
+        hold(server.url, None)
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks]
     assert reasons[-1] == "abort" and len(reasons) < 300, f"the stream ends with 'abort' early: {reasons[-3:]}"
     assert_nothing_held(server)
 
@@ -869,7 +959,8 @@ def test_a_dead_worker_makes_the_server_answer_503_and_exit(servers):
 
 
 def open_requests(server: Server) -> tuple[ThreadPoolExecutor, list]:
-    """A long stream (once its first event has come) and a long non-streamed request, both running."""
+    """A long stream (once its first event has come) and a long non-streamed request, both decoding in a paused
+    server: neither can end before the test lets it, however fast the machine."""
     body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
     first = threading.Event()
 
@@ -888,22 +979,20 @@ def open_requests(server: Server) -> tuple[ThreadPoolExecutor, list]:
     def whole() -> httpx.Response:
         return httpx.post(url + "/v1/completions", json=body, timeout=120)
 
-    url = server.url
-    pool = ThreadPoolExecutor(2)
-    futures = [pool.submit(stream), pool.submit(whole)]
-    assert first.wait(120), "the stream's first event never came"
-    if futures[0].done():  # it could not start: its error (HTTP status and body) says why
-        raise AssertionError(f"the stream ended at once: {futures[0].result()}")
-    deadline = time.monotonic() + 60
-    while True:
-        r = httpx.get(url + "/health", timeout=30)  # a 503: the scheduler was too busy to answer in time
-        status = r.json() if r.status_code == 200 else {}
-        if status.get("running", 0) + status.get("waiting", 0) >= 2:
-            break
+    def ended_early() -> None:  # it could not start: its error (HTTP status and body) says why
+        if futures[0].done():
+            raise AssertionError(f"the stream ended at once: {futures[0].result()}")
         if futures[1].done():
             raise AssertionError(f"the non-streamed request ended at once: {futures[1].result().text}")
-        assert time.monotonic() < deadline, f"the second request does not run: {r.text}"
-        time.sleep(0.1)
+
+    url = server.url
+    hold(url, 0)
+    pool = ThreadPoolExecutor(2)
+    futures = [pool.submit(stream), pool.submit(whole)]
+    health_until(url, lambda s: s.get("waiting") == 2, "both requests reach the scheduler", check=ended_early)
+    step_until(url, lambda s: s["running"] == 2, "both requests decode")
+    assert first.wait(120), "the stream's first event never came"
+    ended_early()
     return pool, futures
 
 

@@ -277,7 +277,9 @@ def kill_rank_1_and_expect_a_quick_error(llm: LLM) -> None:
     with pytest.raises(RuntimeError, match="rank 1 died"):
         llm.generate([[3, 4, 5]], GREEDY)
     elapsed = time.monotonic() - t0
-    assert elapsed < 15, f"the dead rank was noticed only after {elapsed:.1f} s"
+    # A dead rank is noticed by its process sentinel at once; without that, rank 0 would wait in a collective for the
+    # group's timeout (a day). The bound is far above what a loaded machine adds to stopping the ranks.
+    assert elapsed < 60, f"the dead rank was noticed only after {elapsed:.1f} s"
     assert not any(p.is_alive() for p in ranks), "the other ranks must be stopped, not left hanging"
 
 

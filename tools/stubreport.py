@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import threading
 import traceback
 
 import pytest
@@ -18,6 +20,8 @@ EXPLANATION_LINES = 6  # of pytest's assertion explanation ("E" lines) kept per 
 
 def pytest_addoption(parser):
     parser.addoption("--stub-report", default=None, help="write per-test results as JSON lines here")
+    parser.addoption("--stub-entries", action="store_true",
+                     help="record which stubs each test entered (its setup and call), for make check's blame")
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -96,6 +100,77 @@ def _short_reason(report) -> tuple[str, str]:
     return "Error", text[-1] if text else ""
 
 
+class StubWatch:
+    """Which of the session's stubs (every name its `stubs` marks give) a test entered, in this process, during its
+    setup and call: what make check blames a failure on when its traceback names no stub. sys.monitoring (3.12+)
+    reports each function's first call of a test and then nothing more from it; 3.11 has only sys.setprofile,
+    which sees every call (and slows the suite down accordingly)."""
+
+    TOOL = 2  # sys.monitoring.PROFILER_ID
+
+    def __init__(self, names: set[str]) -> None:
+        self.names, self.entered = names, set()
+        self.monitoring = hasattr(sys, "monitoring")
+        if self.monitoring:
+            mon = sys.monitoring
+            mon.use_tool_id(self.TOOL, "stubreport")
+            mon.register_callback(self.TOOL, mon.events.PY_START, self._first_call)
+            mon.set_events(self.TOOL, mon.events.PY_START)
+
+    def _note(self, code) -> None:
+        if code.co_qualname in self.names and not os.path.basename(code.co_filename).startswith(("test_", "conftest")):
+            self.entered.add(code.co_qualname)
+
+    def _first_call(self, code, offset):
+        self._note(code)
+        return sys.monitoring.DISABLE  # this function is known for this test: no more events from it
+
+    def _profile(self, frame, event, arg) -> None:
+        if event == "call":
+            self._note(frame.f_code)
+
+    def start(self) -> None:
+        self.entered = set()
+        if self.monitoring:
+            sys.monitoring.restart_events()  # every function reports its first call again
+        else:
+            sys.setprofile(self._profile)
+            threading.setprofile(self._profile)
+
+    def stop(self) -> None:
+        if not self.monitoring:
+            sys.setprofile(None)
+            threading.setprofile(None)
+
+    def close(self) -> None:
+        if self.monitoring:
+            sys.monitoring.set_events(self.TOOL, 0)
+            sys.monitoring.free_tool_id(self.TOOL)
+
+
+_watch: StubWatch | None = None
+
+
+def pytest_collection_finish(session):
+    global _watch
+    if session.config.getoption("--stub-entries") and session.items:
+        names = {name for item in session.items for m in item.iter_markers("stubs") for name in m.args}
+        _watch = StubWatch(names)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if _watch is not None:
+        _watch.start()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    if _watch is not None:
+        _watch.stop()
+    yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -104,6 +179,8 @@ def pytest_runtest_makereport(item, call):
         report._excinfo = call.excinfo
     marker = item.get_closest_marker("stubs")
     report._stubs = list(marker.args) if marker else []
+    if _watch is not None:
+        report._entered = sorted(_watch.entered)
 
 
 def pytest_configure(config):
@@ -113,6 +190,10 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    global _watch
+    if _watch is not None:
+        _watch.close()
+        _watch = None
     handle = getattr(config, "_stub_report", None)
     if handle:
         handle.close()
@@ -143,6 +224,8 @@ def pytest_runtest_logreport(report):
     seconds = report.duration + (_SETUP_SECONDS.get(report.nodeid, 0.0) if report.when == "call" else 0.0)
     record = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
               "stubs": getattr(report, "_stubs", []), "seconds": round(seconds, 2)}
+    if hasattr(report, "_entered"):
+        record["entered"] = report._entered
     if report.failed:
         record["error"], record["message"] = _short_reason(report)
         record["explanation"] = _explanation(report)

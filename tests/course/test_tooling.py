@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -35,26 +34,36 @@ def test_failure_blames_a_stub_convicted_by_its_own_test():
     assert course.blame(records, ["A.f", "A.g"])["both"] == ["A.g"], "A.g fails a test of its own: blame it alone"
 
 
-def test_failure_blames_the_stub_that_passes_least():
-    # The issue's case: a wrong complete_one fails a test marked with complete_one, extend_len and remain_len.
+def test_failure_blames_the_only_stub_the_test_entered():
+    # make check records which stubs a test entered: a test marked with three that ran one blames that one.
     stubs = ["Req.complete_one", "Req.extend_len", "Req.remain_len"]
-    records = [_record("walk", "failed", stubs), _record("lengths", "passed", stubs[1:]),
-               _record("generation", "passed", [stubs[0], stubs[2]]), _record("more", "failed", [stubs[0], "X.h"]),
-               _record("h", "passed", ["X.h"])]
-    assert course.blame(records, stubs + ["X.h"])["walk"] == ["Req.complete_one"]
+    records = [{**_record("walk", "failed", stubs), "entered": ["Req.complete_one"]},
+               {**_record("lengths", "passed", stubs[1:]), "entered": stubs[1:]}]
+    assert course.blame(records, stubs) == {"walk": ["Req.complete_one"]}
 
 
-def test_failure_blames_every_mark_when_nothing_tells_them_apart():
-    records = [_record("t", "failed", ["A.f", "A.g"])]
-    assert course.blame(records, ["A.f", "A.g"]) == {"t": ["A.f", "A.g"]}
+def test_a_stubs_own_not_implemented_error_blames_it_even_from_a_server():
+    record = {**_record("served", "failed", ["to_tokenize_msg", "complete", "events"]),
+              "error": "NotImplementedError", "message": "TODO(ch15): complete"}  # a worker's 500 body, read back
+    assert course.blame([record], ["to_tokenize_msg", "complete", "events"]) == {"served": ["complete"]}
+
+
+def test_a_failure_nothing_ties_to_one_stub_is_unattributed():
+    records = [_record("t", "failed", ["A.f", "A.g"]), _record("f", "passed", ["A.f"]), _record("g", "failed", ["A.g"])]
+    records[2].update(error="AssertionError", message="g is wrong")
+    assert course.blame(records, ["A.f", "A.g"]) == {"t": [], "g": ["A.g"]}, \
+        "t ran two stubs and fails with an error of its own: no guess (A.g failing elsewhere does not make it t's)"
 
 
 def test_a_stub_failing_its_own_tests_is_not_cleared_by_a_neighbour_pinned_elsewhere():
     """Chapter 9 with two bugs: lock_handle's "not locked" error and cache_req's row re-pointing. lock_handle fails
-    its own test; cache_req's tests (marked with every stub they reach, lock_handle included) fail differently. The
-    old rule pinned every failure on lock_handle and showed cache_req done."""
+    its own test; cache_req's tests (marked with every stub they reach, lock_handle included) fail differently. An
+    old rule pinned every failure on lock_handle and showed cache_req done. cache_req's failures are not
+    lock_handle's (another error), and nothing ties them to one of the stubs they ran: cache_req is unclear, never
+    done; evict, which they did not run, is done."""
     tree = ["RadixCache._split", "RadixCache._walk", "RadixCache.insert_prefix"]
     every = [*tree, "RadixCache.lock_handle", "RadixCache.evict", "CacheManager.cache_req"]
+    entered = [*tree, "RadixCache.lock_handle", "CacheManager.cache_req"]
     raised = dict(error="Failed", message="DID NOT RAISE RuntimeError")
 
     def rec(test, outcome, stubs, **kw):
@@ -64,19 +73,75 @@ def test_a_stub_failing_its_own_tests_is_not_cleared_by_a_neighbour_pinned_elsew
                rec("lru", "failed", [*tree, "RadixCache.lock_handle", "RadixCache.evict"], **raised),
                rec("split_locks", "passed", [*tree, "RadixCache.lock_handle", "RadixCache.evict"]),
                rec("evict", "passed", ["RadixCache.evict"]), rec("tree", "passed", tree),
-               *[rec(f"cache_req[{i}]", "failed", every, error="AssertionError", message="the second request now "
-                     "reads the cached copy") for i in range(2)],
-               *[rec(f"hf[{i}]", "passed", every) for i in range(4)],
-               *[rec(f"cached_prompt[{i}]", "failed", every, error="AssertionError", message="second run: got [1]")
-                 for i in range(2)]]
+               *[rec(f"cache_req[{i}]", "failed", every, entered=entered, error="AssertionError",
+                     message="the second request now reads the cached copy") for i in range(2)],
+               *[rec(f"hf[{i}]", "passed", every, entered=every) for i in range(4)],
+               *[rec(f"cached_prompt[{i}]", "failed", every, entered=entered, error="AssertionError",
+                     message="second run: got [1]") for i in range(2)]]
     blamed = course.blame(records, every)
     assert blamed["lru"] == ["RadixCache.lock_handle"], "the same error as lock_handle's own failure: its bug"
     for test in ("cache_req[0]", "cached_prompt[1]"):
-        assert blamed[test] == ["CacheManager.cache_req"], f"{test} blames {blamed[test]}"
+        assert blamed[test] == [], f"{test} blames {blamed[test]}: nothing ties it to one stub"
     stubs = [skeleton.Stub("ch09", name, "m.py") for name in every]
     rows = {name: status for name, status, _, _ in course.stub_status(stubs, records, None)}
-    assert rows["CacheManager.cache_req"] == rows["RadixCache.lock_handle"] == "failing", rows
+    assert rows["RadixCache.lock_handle"] == "failing" and rows["CacheManager.cache_req"] == "unclear", rows
     assert rows["RadixCache.evict"] == "done", rows
+
+
+def _chapter_23(server_error: str = "a burst of 8 on 100 slots retracts (optimistic admission): {...}") -> list[dict]:
+    """Chapter 23's report on a learner's correct tree on a loaded machine: every test passes but the server test,
+    which ran five of the six stubs in its own process before it failed."""
+    run = ["DecodeManager.reserved_slots", "pick_victim", "Scheduler._make_room", "Scheduler._retract",
+           "NewTokenRatio.after_retraction"]
+    records = [_record("ratio", "passed", ["NewTokenRatio.after_retraction"]),
+               _record("reserve", "passed", ["DecodeManager.reserved_slots"]),
+               _record("victim", "passed", ["pick_victim"]), _record("held", "passed", ["CacheManager.held_pages"]),
+               *[{**_record(f"retract[{i}]", "passed", run), "entered": run} for i in range(6)],
+               {**_record("server", "failed", run), "entered": run}]
+    records[-1].update(error="AssertionError", message=server_error, explanation=["assert 0 > 0"])
+    return records
+
+
+CH23_STUBS = ["NewTokenRatio.after_retraction", "DecodeManager.reserved_slots", "pick_victim",
+              "CacheManager.held_pages", "Scheduler._make_room", "Scheduler._retract"]
+
+
+def test_a_correct_stub_is_never_failing_because_of_an_unrelated_failure():
+    """The chapter-23 report that blamed two correct stubs: a server test failed only under load, and the old rule
+    named the marked stubs that passed least often. Now the failure is unattributed and no stub is failing."""
+    records = _chapter_23()
+    assert course.blame(records, CH23_STUBS) == {"server": []}
+    rows = {name: (status, detail) for name, status, detail, _ in
+            course.stub_status([skeleton.Stub("ch23", n, "m.py") for n in CH23_STUBS], records, None)}
+    assert not [name for name, (status, _) in rows.items() if status == "failing"], rows
+    assert rows["CacheManager.held_pages"] == ("done", "1 test passes"), rows
+    assert rows["pick_victim"] == ("unclear", "7 tests pass; 1 more fails, unattributed (below)"), rows
+
+
+def test_a_real_bug_in_a_stub_is_still_blamed(monkeypatch, capsys):
+    """The same chapter with a wrong pick_victim: its own test fails, a test of several stubs fails with the same
+    error and another inside pick_victim's code: all three are pick_victim's; the stubs whose tests pass are done."""
+    records = _chapter_23(server_error="request 3: the server answered 'ab', the offline engine 'ac'")
+    wrong = dict(error="AssertionError", message="pick_victim chose request 2, want request 5")
+    records[2].update(outcome="failed", **wrong)
+    records[4].update(outcome="failed", **wrong)
+    records[5].update(outcome="failed", frames=["Scheduler._make_room", "pick_victim"], error="IndexError",
+                      message="list index out of range")
+    blamed = course.blame(records, CH23_STUBS)
+    assert blamed == {"victim": ["pick_victim"], "retract[0]": ["pick_victim"], "retract[1]": ["pick_victim"],
+                      "server": []}, blamed
+    rows = {name: status for name, status, _, _ in
+            course.stub_status([skeleton.Stub("ch23", n, "m.py") for n in CH23_STUBS], records, None)}
+    assert rows["pick_victim"] == "failing" and rows["CacheManager.held_pages"] == "done", rows
+    code, out = _check_output(monkeypatch, capsys, 1, records, stubs=CH23_STUBS)
+    assert code == 1 and "unattributed failure: server: AssertionError: request 3: the server answered" in out, out
+    assert "it ran DecodeManager.reserved_slots, pick_victim, Scheduler._make_room" in out, out
+
+
+def test_check_names_an_unattributed_failure_and_blames_no_stub(monkeypatch, capsys):
+    code, out = _check_output(monkeypatch, capsys, 1, _chapter_23(), stubs=CH23_STUBS)
+    assert code == 1 and "failing" not in out, out
+    assert "unattributed failure: server: AssertionError: a burst of 8 on 100 slots retracts" in out, out
 
 
 def test_skipped_tests_are_not_counted_against_a_stub():
@@ -150,6 +215,65 @@ def test_stub_report_records_frames_and_pytest_explanation(tmp_path):
     assert frames[-2:] == ["Req.complete_one", "Req.complete_one.bump"], f"frames of the failure: {frames}"
 
 
+def test_stub_report_records_the_stubs_each_test_entered(tmp_path):
+    """With --stub-entries (make check's): the marked stubs a test's setup and call entered, in any thread of the
+    test's process; a function of the test file with a stub's name is not the stub."""
+    (tmp_path / "engine.py").write_text(textwrap.dedent("""
+        class Req:
+            def tokens(self):
+                return [1, 2]
+
+            def complete_one(self):
+                return self.tokens() + [3]
+
+            def spare(self):
+                return 0
+    """))
+    (tmp_path / "test_engine.py").write_text(textwrap.dedent("""
+        import threading
+
+        import pytest
+        from engine import Req as Engine
+
+        class Req:  # the test's own: its tokens is not the stub Req.tokens
+            def tokens(self):
+                return []
+
+        @pytest.fixture
+        def spared():
+            return Engine().spare()
+
+        @pytest.mark.stubs("Req.tokens", "Req.complete_one")
+        def test_tokens():
+            Req().tokens()
+            assert Engine().tokens() == [1]
+
+        @pytest.mark.stubs("Req.spare")
+        def test_fixture(spared):
+            assert spared == 0
+
+        @pytest.mark.stubs("Req.tokens", "Req.complete_one")
+        def test_thread():
+            worker = threading.Thread(target=Engine().complete_one)
+            worker.start()
+            worker.join()
+
+        def test_none():
+            Req().tokens()
+    """))
+    report = tmp_path / "report.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "tools.stubreport", f"--stub-report={report}",
+                    "--stub-entries", "-q", "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path, env=env,
+                   capture_output=True, text=True, timeout=300)
+    records = {r["test"].split("::")[-1]: r for r in map(json.loads, report.read_text().splitlines())}
+    got = {name: r.get("entered") for name, r in records.items()}
+    assert got == {"test_tokens": ["Req.tokens"], "test_fixture": ["Req.spare"],
+                   "test_thread": ["Req.complete_one", "Req.tokens"], "test_none": []}, got
+    assert course.blame(list(records.values()), ["Req.tokens", "Req.complete_one", "Req.spare"]) == \
+        {records["test_tokens"]["test"]: ["Req.tokens"]}, "the failing test entered one of its two stubs: blame it"
+
+
 def test_stub_report_counts_skips_at_setup_and_times_tests(tmp_path):
     (tmp_path / "test_skips.py").write_text(textwrap.dedent("""
         import pytest
@@ -176,8 +300,12 @@ def test_stub_report_counts_skips_at_setup_and_times_tests(tmp_path):
     assert all(r["seconds"] >= 0 for r in records.values())
 
 
-def _check_output(monkeypatch, capsys, code: int, records: list[dict], example_code: int = 0) -> tuple[int, str]:
-    """cmd_check's report for a suite run that gave (code, records), and an example that exits with example_code."""
+def _check_output(monkeypatch, capsys, code: int, records: list[dict], example_code: int = 0,
+                  stubs: list[str] | None = None) -> tuple[int, str]:
+    """cmd_check's report for a suite run that gave (code, records), and an example that exits with example_code;
+    `stubs` stand for the chapter's."""
+    if stubs is not None:
+        monkeypatch.setattr(skeleton, "stubs_of", lambda ch: [skeleton.Stub(ch.tag, name, "m.py") for name in stubs])
     monkeypatch.setattr(course, "assemble", lambda n, kind: ROOT / "build" / "ref" / "ch03")
     monkeypatch.setattr(course, "run_suite", lambda *a, **kw: (code, records, ""))
     monkeypatch.setattr(course, "cmd_run", lambda *a, **kw: print("example output") or example_code)
@@ -244,15 +372,21 @@ def test_planned_chapter_says_so(command):
     assert f"chapter {planned} is planned (not built yet)" in proc.stderr, proc.stderr
 
 
-def test_missing_model_is_one_line_at_once():
-    t0 = time.perf_counter()
-    proc = _course("example", "generate", MODEL="/nonexistent/model")
-    elapsed = time.perf_counter() - t0
+def test_missing_model_is_one_line_at_once(tmp_path, monkeypatch, capsys):
+    """A bad MODEL is refused in one line before anything imports torch or starts a child process (which would spend
+    seconds importing it): a torch that cannot be imported, first on the path, changes nothing in the answer, and
+    in-process no process is started. No clock: a loaded machine answers the same."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('raise ImportError("torch was imported")\n')
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    proc = _course("example", "generate", MODEL="/nonexistent/model", PYTHONPATH=path)
     assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
     assert proc.stderr.strip().splitlines() == [
         f"error: MODEL=/nonexistent/model: no such fixture or directory (fixtures: {', '.join(KNOWN)})"
-    ], f"one line, no traceback: {proc.stderr}"
-    assert elapsed < 15, f"the check took {elapsed:.1f} s: it must not wait for torch in a child process"
+    ], f"one line, no traceback, torch never imported: {proc.stderr}"
+    monkeypatch.setenv("MODEL", "/nonexistent/model")
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: pytest.fail(f"a process was started: {a}"))
+    assert course.main(["example", "generate"]) == 2 and "no such fixture" in capsys.readouterr().err
 
 
 def test_serve_refuses_a_tree_without_a_server_and_a_missing_model_at_once():

@@ -29,12 +29,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from minisgl.message import (AbortMsg, ErrorReply, GetStatusMsg, MessageError, StatusReply, UserReply, unwrap)
+from minisgl.message import (AbortMsg, ErrorReply, GetStatusMsg, HoldMsg, MessageError, StatusReply, UserReply,
+                             unwrap)
 from minisgl.message.frontend import TokenLogprob
 from minisgl.server.args import ServerArgs
 from minisgl.server.launch import Workers
@@ -216,12 +217,13 @@ class Frontend:
         if not uids:
             self.ids.pop(rid, None)
 
-    async def status(self, timeout: float = 10.0) -> dict:
+    async def status(self, timeout: float = 10.0, hold: bool = False, steps: int | None = None) -> dict:
+        """The scheduler's status; with `hold`, once a HoldMsg(steps) is in effect (the test hook's routes)."""
         self.check_alive()
         uid = next(self.uids)
         queue = self.queues[uid] = asyncio.Queue()
         try:
-            self.workers.to_scheduler.put(GetStatusMsg(uid))
+            self.workers.to_scheduler.put(HoldMsg(uid, steps) if hold else GetStatusMsg(uid))
             reply = await asyncio.wait_for(queue.get(), timeout)
         except asyncio.TimeoutError:
             raise APIError(503, f"the scheduler did not answer in {timeout:.0f} s", type="service_unavailable") from None
@@ -509,7 +511,7 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
         err = e.errors()[0]
-        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query")]
         where = ".".join(loc)
         if err.get("type") == "json_invalid":
             return JSONResponse(APIError(400, f"the body is not valid JSON: {err.get('msg')}").body(), 400)
@@ -565,6 +567,16 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
         for uid in uids:  # each choice's stream ends with finish_reason "abort"
             frontend.workers.to_tokenizer.put(AbortMsg(uid))
         return {"aborted": body.id}
+
+    # A test and debugging hook (SGLang has these routes): paused, the scheduler queues requests, answers aborts and
+    # /health, and launches no batch; ?steps=n runs n more, then pauses. Each answers once that is in effect.
+    @app.post("/pause_generation")
+    async def pause_generation() -> dict:
+        return await frontend.status(60.0, hold=True, steps=0)
+
+    @app.post("/continue_generation")
+    async def continue_generation(steps: int | None = Query(None, ge=1)) -> dict:
+        return await frontend.status(60.0, hold=True, steps=steps)
 
     @app.get("/", response_class=HTMLResponse)
     async def chat_page() -> str:

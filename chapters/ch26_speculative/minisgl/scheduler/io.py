@@ -3,8 +3,10 @@
 Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
 the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
 step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
-tokens. Only when nothing runs or waits does it block on the socket. A token of a request that asked for
-log-probabilities (chapter 24) carries its own and its top_logprobs in the same message. With speculative decoding
+tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
+still takes messages but launches no batch, so a test can queue requests first and then let them run together.
+A token of a request that asked for log-probabilities (chapter 24) carries its own and its top_logprobs in the
+same message. With speculative decoding
 (chapter 26) one step may give a request several tokens: one message each, in order, the last one marked finished.
 """
 
@@ -16,15 +18,17 @@ import sys
 
 import torch
 
-from minisgl.core import Req
+from minisgl.core import Batch, Req
 from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg,
-                             ErrorMsg, ExitMsg, GetStatusMsg, MessageError, StatusMsg, UserMsg, batched, unwrap)
+                             ErrorMsg, ExitMsg, GetStatusMsg, HoldMsg, MessageError, StatusMsg, UserMsg, batched,
+                             unwrap)
 from minisgl.scheduler.scheduler import ForwardData, Scheduler
 from minisgl.scheduler.utils import PendingReq
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 from minisgl.utils.process import report_death
 
 IDLE_POLL_S = 0.5  # how long an idle loop blocks on its socket before it checks that its parent still lives
+HELD_POLL_S = 0.05  # how long a held loop waits for a message before it looks again (it runs nothing)
 
 
 class SchedulerIO:
@@ -38,6 +42,14 @@ class SchedulerIO:
         self.running = True  # an ExitMsg ends the loop
         self.eos_token_ids = set(scheduler.engine.model_config.eos_token_ids)
         scheduler.on_token = lambda req, token: self.new_tokens.append((req, token, self._logprobs_of(req.uid)))
+        # The hold (HoldMsg, a test and debugging hook) stands in front of the scheduler's choice of batch:
+        # step() and overlap_step() launch nothing while it holds, and overlap_step still finishes the batch in flight.
+        self.steps_left: int | None = None  # batches the scheduler may still launch; None: any number
+        self._hold_replies: list[int] = []  # HoldMsgs to answer once their hold is in effect
+        self._settled = True  # the last step launched nothing: nothing is in flight
+        self._alive = lambda: True
+        choose = scheduler.schedule_next_batch
+        scheduler.schedule_next_batch = lambda: self._next_batch(choose)
 
     def _logprobs_of(self, uid: int) -> tuple | None:
         """The log-probability entry of the request's token just recorded, if it asked (chapter 24): the only one
@@ -46,10 +58,12 @@ class SchedulerIO:
         return entries.pop() if entries else None
 
     def receive_msgs(self, blocking: bool) -> list[BaseBackendMsg]:
-        """Every message queued now; when `blocking`, wait up to IDLE_POLL_S for the first one. A frame that does
-        not decode is reported and skipped."""
+        """Every message queued now; when `blocking`, wait up to IDLE_POLL_S for the first one (HELD_POLL_S while
+        held). A frame that does not decode is reported and skipped. HoldMsgs are acted on here: the loop's
+        own controls, they never reach process_msg."""
+        self._answer_holds()
         msgs: list[BaseBackendMsg] = []
-        timeout = IDLE_POLL_S if blocking else 0
+        timeout = IDLE_POLL_S if blocking else HELD_POLL_S if self.held else 0
         while True:
             try:
                 msg = self.recv.get(timeout=timeout)
@@ -57,9 +71,43 @@ class SchedulerIO:
                 print(f"scheduler: dropped a bad frame: {e}", file=sys.stderr)
                 continue
             if msg is None:
-                return msgs
-            msgs.extend(unwrap(msg))  # a batch (nested or not) is acted on message by message
+                break
+            for one in unwrap(msg):  # a batch (nested or not) is acted on message by message
+                if isinstance(one, HoldMsg):
+                    self._hold(one)
+                else:
+                    msgs.append(one)
             timeout = 0
+        if self.held and not msgs and not self._alive():
+            self.running = False  # held with nobody left to let it go: stop as an ExitMsg would
+        return msgs
+
+    @property
+    def held(self) -> bool:
+        """The hold is in effect: no batch may launch and none is in flight."""
+        return self.steps_left == 0 and self._settled
+
+    def _hold(self, msg: HoldMsg) -> None:
+        if msg.steps is not None and msg.steps < 0:
+            print(f"scheduler: dropped {msg}: steps must be >= 0 or None", file=sys.stderr)
+            return
+        self.steps_left = msg.steps
+        self._hold_replies.append(msg.uid)
+
+    def _next_batch(self, choose) -> Batch | None:
+        """The scheduler's next batch, unless the hold forbids launching one."""
+        batch = None if self.steps_left == 0 else choose()
+        if batch is not None and self.steps_left is not None:
+            self.steps_left -= 1
+        self._settled = batch is None
+        return batch
+
+    def _answer_holds(self) -> None:
+        """Answer the HoldMsgs whose hold is in effect: running freely, or the batches allowed have run (or none was
+        left to run) and their tokens are sent."""
+        if self._hold_replies and (self.steps_left is None or self._settled):
+            self.send.put(batched([StatusMsg(uid, self.status()) for uid in self._hold_replies], BatchTokenizerMsg))
+            self._hold_replies = []
 
     def process_msg(self, msg: BaseBackendMsg) -> None:
         """Act on one message: queue a request (or refuse it), abort one, report the status, or stop."""
@@ -119,6 +167,7 @@ class SchedulerIO:
         sched = self.scheduler
         if sched.stream is not None:
             sched.stream.wait_stream(torch.cuda.current_stream())
+        self._alive = alive  # a held loop asks it too (receive_msgs)
         last: ForwardData | None = None  # the batch in flight (overlap scheduling)
         try:
             while self.running:

@@ -1,6 +1,6 @@
 """Messages between the serving processes, one family per receiver, and their msgpack wire format."""
 
-from .backend import AbortBackendMsg, BaseBackendMsg, BatchBackendMsg, ExitMsg, GetStatusMsg, UserMsg
+from .backend import AbortBackendMsg, BaseBackendMsg, BatchBackendMsg, ExitMsg, GetStatusMsg, HoldMsg, UserMsg
 from .batch import batched, unwrap
 from .frontend import BaseFrontendMsg, BatchFrontendMsg, ErrorReply, StatusReply, UserReply
 from .tokenizer import (AbortMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg, ErrorMsg, StatusMsg,
@@ -8,7 +8,7 @@ from .tokenizer import (AbortMsg, BaseTokenizerMsg, BatchTokenizerMsg, Detokeniz
 from .utils import WIRE_VERSION, MessageError, decode_message, encode_message
 
 __all__ = [
-    "AbortMsg", "AbortBackendMsg", "BaseBackendMsg", "BatchBackendMsg", "ExitMsg", "GetStatusMsg", "UserMsg",
+    "AbortMsg", "AbortBackendMsg", "BaseBackendMsg", "BatchBackendMsg", "ExitMsg", "GetStatusMsg", "HoldMsg", "UserMsg",
     "BaseTokenizerMsg", "BatchTokenizerMsg", "DetokenizeMsg", "ErrorMsg", "StatusMsg", "TokenizeMsg",
     "BaseFrontendMsg", "BatchFrontendMsg", "ErrorReply", "StatusReply", "UserReply",
     "MessageError", "WIRE_VERSION", "decode_message", "encode_message", "batched", "unwrap",

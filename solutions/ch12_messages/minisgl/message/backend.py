@@ -1,4 +1,5 @@
-"""Messages the scheduler receives: user requests (token ids ready), aborts, status queries and the order to exit."""
+"""Messages the scheduler receives: user requests (token ids ready), aborts, status queries, the order to exit, and
+the hold that tests and debugging use to build a state step by step."""
 
 from __future__ import annotations
 
@@ -48,3 +49,14 @@ class AbortBackendMsg(BaseBackendMsg):
 @dataclass
 class GetStatusMsg(BaseBackendMsg):
     uid: int  # the reply (a StatusMsg) carries it back
+
+
+@dataclass
+class HoldMsg(BaseBackendMsg):
+    """A test and debugging hook (SGLang's /pause_generation and /continue_generation do the same): the scheduler
+    launches at most `steps` more batches, then holds (0: hold now; None: run freely again). A held scheduler still
+    takes messages: requests queue, aborts and status queries are answered. A StatusMsg answers once that is in
+    effect: the batches run and nothing is in flight."""
+
+    uid: int  # the reply (a StatusMsg) carries it back
+    steps: int | None
