@@ -920,7 +920,9 @@ def test_abort_request_ends_a_stream_with_abort(server):
     try:
         with ThreadPoolExecutor(1) as pool:
             streamed = pool.submit(stream)
-            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            # a stream refused before it reaches the scheduler fails at once with its own error, not after a wait
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
+                         check=lambda: streamed.result() if streamed.done() else None)
             step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
             assert first.wait(120), "the stream's first event never came"
             if not chunks:
