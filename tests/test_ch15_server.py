@@ -771,7 +771,8 @@ def test_a_client_that_leaves_a_non_streamed_request_frees_it(server):
         with ThreadPoolExecutor(1) as pool:
             left = pool.submit(httpx.post, server.url + "/v1/completions", json=body,
                                timeout=httpx.Timeout(60, read=1.5))
-            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
+                         check=lambda: left.result() if left.done() else None)
             ran = step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
             with pytest.raises(httpx.TimeoutException):
                 left.result(120)
@@ -850,7 +851,8 @@ def test_metrics_in_prometheus_text_format(server):
     try:
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(first_event)
-            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
+                         check=lambda: first.result() if first.done() else None)
             step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
             during = scrape(server)
             scraped.set()
