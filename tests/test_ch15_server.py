@@ -772,7 +772,8 @@ def test_a_client_that_leaves_a_non_streamed_request_frees_it(server):
             left = pool.submit(httpx.post, server.url + "/v1/completions", json=body,
                                timeout=httpx.Timeout(60, read=1.5))
             health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
-                         check=lambda: left.result() if left.done() else None)
+                         check=lambda: left.result() if left.done() and not isinstance(
+                             left.exception(), httpx.TimeoutException) else None)
             ran = step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
             with pytest.raises(httpx.TimeoutException):
                 left.result(120)
