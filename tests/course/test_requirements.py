@@ -27,6 +27,7 @@ COURSE_PACKAGES = {"minisgl", "tools", "benchmark", "practice", "tests"}
 NOT_REQUIRED = {
     "flash_attn": "chapter 17's flash-attn backend: CUDA only, installed on the GPU machine",
     "nanovllm": "chapter 22's GPU peer, run from a checkout (NANO_VLLM=path)",
+    "vllm": "the CPU benchmark's peer (benchmark/vllm_cpu.py), installed in a virtual environment of its own",
 }
 
 
