@@ -11,9 +11,11 @@ import json
 import random
 import selectors
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -754,32 +756,45 @@ def test_64_concurrent_streams_with_disconnects(server):
     assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == want[0], "the server still serves"
 
 
+def _answered_early(client: socket.socket) -> None:
+    """Fails at once with the server's answer if one came before the request reached the scheduler (an error)."""
+    client.setblocking(False)
+    try:
+        answer = client.recv(4096)
+    except BlockingIOError:
+        return
+    finally:
+        client.setblocking(True)
+    raise AssertionError(f"the request was answered before it reached the scheduler: {answer.decode(errors='replace')}")
+
+
 @pytest.mark.stubs(*SERVER_STUBS)
 def test_a_client_that_leaves_a_non_streamed_request_frees_it(server):
-    """The client gives up (its timeout) on a long answer that is not streamed: the request is aborted in the
-    workers, not run to its end for nobody. (How soon, within a second, is checked in-process above.) The server is
-    paused once the request decodes, so it is still there when the client leaves, whatever the machine's speed;
-    the abort reaches the scheduler while paused. The request's end is read from /metrics: finish reason "abort",
-    and only the tokens of the batches it ran."""
+    """The client gives up on a long answer that is not streamed (it closes its connection): the request is aborted
+    in the workers, not run to its end for nobody. (How soon, within a second, is checked in-process above.) The
+    client leaves once the request decodes in a paused server, so the request is still there, whatever the
+    machine's speed, and no timer decides when the client goes; the abort reaches the scheduler while paused. The
+    request's end is read from /metrics: finish reason "abort", and only the tokens of the batches it ran."""
     body = {"prompt": TEXTS[1], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
     ok = httpx.post(server.url + "/v1/completions", json=body | {"max_tokens": 2}, timeout=60)
     assert ok.status_code == 200, ok.text
     settle(server)
     before = scrape(server)
+    where = urlsplit(server.url)
+    payload = json.dumps(body).encode()
     hold(server.url, 0)
+    client = socket.create_connection((where.hostname, where.port), timeout=60)
     try:
-        with ThreadPoolExecutor(1) as pool:
-            left = pool.submit(httpx.post, server.url + "/v1/completions", json=body,
-                               timeout=httpx.Timeout(60, read=1.5))
-            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
-                         check=lambda: left.result() if left.done() and not isinstance(
-                             left.exception(), httpx.TimeoutException) else None)
-            ran = step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
-            with pytest.raises(httpx.TimeoutException):
-                left.result(120)
+        client.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
+                     check=lambda: _answered_early(client))
+        ran = step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
+        client.close()  # no answer can have come: the request is paused mid-answer
         health_until(server.url, lambda s: s.get("running") == 0 and s.get("waiting") == 0,
                      "the request left by its client is aborted in the scheduler (paused)")
     finally:
+        client.close()
         hold(server.url, None)
     assert_nothing_held(server)
     after = scrape(server)

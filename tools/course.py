@@ -190,8 +190,15 @@ def run_python(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
 
 
 # ----------------------------------------------------------------------------- check
+def _timed_out(record: dict) -> bool:
+    return record.get("message", "").startswith("Timeout (>") and "pytest-timeout" in record.get("message", "")
+
+
 def _in_traceback(record: dict, stub_names: list[str]) -> list[str]:
-    """The stub whose code the failure happened in: the innermost traceback frame that is (inside) a stub."""
+    """The stub whose code the failure happened in: the innermost traceback frame that is (inside) a stub. Not for a
+    test stopped by the time limit: its traceback says where the code was when stopped, not where the bug is."""
+    if _timed_out(record):
+        return []
     for frame in reversed(record.get("frames", [])):
         for name in stub_names:
             if frame == name or frame.startswith(name + "."):
@@ -231,9 +238,9 @@ def blame(records: list[dict], stub_names: list[str]) -> dict[str, list[str]]:
     def signature(record: dict) -> tuple:
         return record.get("error"), record.get("message")
 
-    known = {}  # stub -> the errors of the failures pinned on it
+    known = {}  # stub -> the errors of the failures pinned on it (every time limit reads the same: no error)
     for r in failed:
-        for name in pinned.get(r["test"], []):
+        for name in pinned.get(r["test"], []) if not _timed_out(r) else ():
             known.setdefault(name, set()).add(signature(r))
     for r in failed:
         same = [s for s in ran(r) if signature(r) in known.get(s, ())]
@@ -255,7 +262,7 @@ def check_timeout() -> int:
 def _failure_reason(record: dict) -> str:
     if record.get("error") == "NotImplementedError" and "TODO(" in record.get("message", ""):
         return f"needs {record['message']}"
-    if record.get("message", "").startswith("Timeout (>") and "pytest-timeout" in record.get("message", ""):
+    if _timed_out(record):
         return (f"{record['test'].split('::')[-1]}: still running after {check_timeout()} s, make check's limit "
                 f"per test: an endless loop? (MINISGL_TEST_TIMEOUT=N s changes the limit)")
     return f"{record['test'].split('::')[-1]}: {record.get('error', '')}: {record.get('message', '')}"[:160]

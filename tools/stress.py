@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -95,11 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stress: {a.runs} rounds of chapters {chapters} on trees {trees}, {len(hogs)} busy loops beside them "
           f"({os.cpu_count()} CPUs); log {log}", flush=True)
     records: list[dict] = []
+    stop: list[int] = []  # Ctrl-C or SIGTERM: stop after the suite that runs (its servers stop with it)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
     t0 = time.monotonic()
     try:
         for run in range(1, a.runs + 1):
             for kind in trees:
                 for n in chapters:
+                    if stop:
+                        raise KeyboardInterrupt
                     if kind == "final" and n == final and "ref" in trees:
                         continue  # the final tree is this chapter's reference tree
                     record = {"run": run, **run_once(n, kind, log)}
@@ -109,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                     state = "ok" if record["exit"] == 0 else f"FAILED {record['failed'] or record['exit']}"
                     print(f"[{time.monotonic() - t0:7.0f} s] round {run} ch{n} {kind}: {record['passed']} passed, "
                           f"{record['seconds']:.0f} s, {state}", flush=True)
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
     finally:
         for hog in hogs:
             hog.kill()

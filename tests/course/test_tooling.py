@@ -88,6 +88,22 @@ def test_a_stub_failing_its_own_tests_is_not_cleared_by_a_neighbour_pinned_elsew
     assert rows["RadixCache.evict"] == "done", rows
 
 
+def test_a_timeout_is_not_blamed_on_the_stub_it_was_stopped_in():
+    """Chapter 7 with reserved_slots one short: its own test fails, and the generate test loops until make check's
+    time limit stops it inside LLM.generate, which is correct. Where a loop is stopped says nothing of its bug: the
+    timeout is unattributed, and LLM.generate is not failing."""
+    stubs = ["LLM.generate", "DecodeManager.reserved_slots", "Scheduler.schedule_next_batch"]
+    timeout = dict(error="Failed", message="Timeout (>120.0s) from pytest-timeout.")
+    records = [{**_record("reserve", "failed", ["DecodeManager.reserved_slots"]), "error": "AssertionError",
+                "message": "assert 1 == (3 + 0)"},
+               {**_record("generate", "failed", stubs, frames=["LLM.generate", "Scheduler.schedule_next_batch",
+                                                               "torch.cat"]), "entered": stubs, **timeout},
+               {**_record("alone", "failed", stubs, frames=["LLM.generate"]), "entered": ["LLM.generate"], **timeout}]
+    blamed = course.blame(records, stubs)
+    assert blamed == {"reserve": ["DecodeManager.reserved_slots"], "generate": [], "alone": ["LLM.generate"]}, \
+        f"{blamed}: a timeout is pinned only on the one stub its test ran"
+
+
 def _chapter_23(server_error: str = "a burst of 8 on 100 slots retracts (optimistic admission): {...}") -> list[dict]:
     """Chapter 23's report on a learner's correct tree on a loaded machine: every test passes but the server test,
     which ran five of the six stubs in its own process before it failed."""
