@@ -19,6 +19,7 @@ import torch
 from helpers import CHAT, TEXTS, assert_clean, health_until, hf_greedy, hold, model_path, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.retract import NewTokenRatio, pick_victim
@@ -353,7 +354,7 @@ def test_outputs_with_retraction_equal_a_pool_that_never_retracts_and_hf(overlap
     sched = llm.scheduler
     assert not sched.retractions and not sched.pinned and not sched.prefill_manager.pending, \
         "nothing is kept of retracted requests once they finished"
-    assert max(collections.Counter(retracted).values()) <= sched.max_retractions
+    assert max(collections.Counter(retracted).values()) <= sched.config.max_retractions
 
 
 @pytest.mark.stubs(*RUN_STUBS)
@@ -545,7 +546,8 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
     engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=8, max_seq_len=64, page_size=1, num_pages=160,
                                  cache_type="naive"))
     ratio = NewTokenRatio(0.7, 0.1, 4)  # reaches its floor after 4 steps that fit
-    sched = Scheduler(engine, max_extend_tokens=32, overlap=overlap, admission="optimistic", new_token_ratio=ratio)
+    sched = Scheduler(engine, SchedulerConfig(max_extend_tokens=32, overlap=overlap, admission="optimistic",
+                                              new_token_ratio=ratio))
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     ps = prompts()
     bursts = [[UserMsg(base + i, torch.tensor(p, dtype=torch.int32), params) for i, p in enumerate(ps)]
@@ -577,7 +579,7 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
 
 def test_conservative_admission_is_the_default_and_never_retracts():
     outputs, llm, _, retracted = generate(TIGHT, admission=None)
-    assert llm.scheduler.admission == "conservative" and not llm.scheduler.optimistic
+    assert llm.scheduler.config.admission == "conservative" and not llm.scheduler.config.optimistic
     assert not retracted and llm.scheduler.num_retractions == 0
     check_hf(outputs)
 
@@ -632,8 +634,8 @@ def test_the_server_takes_the_admission_flags():
 
     args = parse_args(["--model", "m", "--admission", "optimistic", "--retraction-policy", "last",
                        "--max-retractions", "2"])
-    assert args.scheduler_args == {"admission": "optimistic", "retraction_policy": "last", "max_retractions": 2}
-    assert parse_args(["--model", "m"]).scheduler_args == {}, "conservative unless asked"
+    assert args.scheduler_config == SchedulerConfig(admission="optimistic", retraction_policy="last", max_retractions=2)
+    assert parse_args(["--model", "m"]).scheduler_config == SchedulerConfig(), "the defaults unless asked"
     for bad in (["--admission", "bold"], ["--max-retractions", "0"]):
         with pytest.raises(SystemExit):
             parse_args(["--model", "m", *bad])

@@ -18,6 +18,7 @@ import torch
 from helpers import TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.utils import PendingReq
 from minisgl.spec import Proposer, SpecConfig, accept_greedy, accept_rejection, ngram_lookup
 
@@ -704,7 +705,7 @@ def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last
             self.sent.extend(getattr(msg, "data", [msg]))
 
     engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=4, max_seq_len=256, num_pages=1024))
-    sched = Scheduler(engine, overlap=True, speculative=spec("draft", 3, draft=NAME))
+    sched = Scheduler(engine, SchedulerConfig(overlap=True, speculative=spec("draft", 3, draft=NAME)))
     inbox, outbox = Queue(), Queue()
     io = SchedulerIO(sched, inbox, outbox)
     inbox.items += [UserMsg(uid, torch.tensor(p, dtype=torch.int32), greedy(7 + 5 * uid))
@@ -766,8 +767,8 @@ def test_the_speculative_flags_reach_the_scheduler():
 
     args = parse_args(["--model", "m", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
                        "--speculative-ngram-max-match-window-size", "4"])
-    assert args.scheduler_args["speculative"] == SpecConfig("ngram", 5, max_n=4)
-    assert "speculative" not in parse_args(["--model", "m"]).scheduler_args, "speculation is off by default"
+    assert args.scheduler_config.speculative == SpecConfig("ngram", 5, max_n=4)
+    assert parse_args(["--model", "m"]).scheduler_config.speculative is None, "speculation is off by default"
 
 
 # --- the GPU ------------------------------------------------------------------------------------------------------

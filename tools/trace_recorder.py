@@ -466,19 +466,23 @@ class EngineRecorder:
     def config(self) -> dict:
         s, engine = self.sched, self.sched.engine
         cfg = engine.config
-        spec = getattr(s, "speculative", None)
+        spec = self._setting("speculative", None)
         return {
             "model": Path(str(cfg.model_path)).name,
             "page_size": self.page_size,
             "num_pages": int(getattr(s.cache_manager, "num_pages", getattr(s.cache_manager, "num_slots", 0))),
             "max_running_reqs": int(cfg.max_running_reqs),
-            "max_extend_tokens": int(getattr(s, "max_extend_tokens", 0)),
+            "max_extend_tokens": int(self._setting("max_extend_tokens", 0)),
             "cache_type": str(getattr(cfg, "cache_type", "none")),
-            "overlap": bool(getattr(s, "overlap", False)),
-            "mixed": bool(getattr(s, "enable_mixed_chunk", False)),
-            "admission": str(getattr(s, "admission", "conservative")),
+            "overlap": bool(self._setting("overlap", False)),
+            "mixed": bool(self._setting("enable_mixed_chunk", False)),
+            "admission": str(self._setting("admission", "conservative")),
             "speculative": None if spec is None else f"{spec.method}, k={spec.num_tokens}",
         }
+
+    def _setting(self, name: str, default):
+        """A field of the scheduler's SchedulerConfig; `default` for a chapter that does not have it yet."""
+        return getattr(self.sched.config, name, default)
 
     def to_json(self, vocab: dict[int, str]) -> dict:
         requests = {}
@@ -497,7 +501,7 @@ class EngineRecorder:
             out.append("retract")
         if getattr(s, "proposer", None) is not None:
             out.append("spec")
-        if getattr(s, "overlap", False):
+        if self._setting("overlap", False):
             out.append("overlap")
         return out
 

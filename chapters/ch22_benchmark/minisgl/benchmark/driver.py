@@ -232,7 +232,7 @@ def _run_once(llm, workload: Workload, name: str, max_seconds: float | None, max
     outputs = [scheduler.finished.pop(uid).output_ids if uid in scheduler.finished else None for uid in uids]
     scheduler.check_integrity()
     engine = llm.engine
-    config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.overlap,
+    config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.config.overlap,
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
               "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,

@@ -21,6 +21,7 @@ from minisgl.core import Batch, Req
 from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg,
                              ErrorMsg, ExitMsg, GetStatusMsg, HoldMsg, MessageError, StatusMsg, UserMsg, batched,
                              unwrap)
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import ForwardData, Scheduler
 from minisgl.scheduler.utils import PendingReq
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -171,7 +172,7 @@ class SchedulerIO:
                     return
                 for msg in msgs:
                     self.process_msg(msg)
-                if sched.overlap:
+                if sched.config.overlap:
                     last = sched.overlap_step(last)
                 else:
                     sched.step()
@@ -181,8 +182,8 @@ class SchedulerIO:
             raise
 
 
-def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr: str, detokenizer_addr: str,
-                  ready=None) -> None:
+def run_scheduler(model_path: str, engine_args: dict, config: SchedulerConfig | None, addr: str,
+                  detokenizer_addr: str, ready=None) -> None:
     """The scheduler process: build the engine (the slow part), report ready with the limits the front end needs,
     then serve until an ExitMsg or the parent's death. A failure to start is reported instead of a silent exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers itself
@@ -191,7 +192,7 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
     parent = os.getppid()
     with report_death("scheduler", ready):
         engine = Engine(EngineConfig(model_path, **engine_args))
-        scheduler = Scheduler(engine, **scheduler_args)
+        scheduler = Scheduler(engine, config)
         recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
         send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
         io = SchedulerIO(scheduler, recv, send)

@@ -63,42 +63,13 @@ from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.engine import Engine
 from minisgl.env import ENV
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
-from minisgl.scheduler.retract import RETRACTION_POLICIES, NewTokenRatio, pick_victim
+from minisgl.scheduler.retract import NewTokenRatio, pick_victim
 from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
-from minisgl.spec import Proposer, SpecConfig, SpecStats, make_proposer, verify_batch
-
-ADMISSIONS = ("conservative", "optimistic")
-
-
-def check_admission_args(admission: str | None, new_token_ratio: NewTokenRatio | None = None,
-                         retraction_policy: str = "length", max_retractions: int = 1) -> str:
-    """The admission policy (None: MINISGL_ADMISSION, else conservative); ValueError naming a bad argument."""
-    admission = ENV.ADMISSION if admission is None else admission
-    if admission not in ADMISSIONS:
-        raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
-    if retraction_policy not in RETRACTION_POLICIES:
-        raise ValueError(f"retraction_policy must be one of {', '.join(RETRACTION_POLICIES)}, got {retraction_policy!r}")
-    if isinstance(max_retractions, bool) or not isinstance(max_retractions, int) or max_retractions < 1:
-        raise ValueError(f"max_retractions must be an integer >= 1, got {max_retractions!r}")
-    if new_token_ratio is not None and not isinstance(new_token_ratio, NewTokenRatio):
-        raise ValueError(f"new_token_ratio must be a NewTokenRatio, got {type(new_token_ratio).__name__}")
-    return admission
-
-
-def check_spec_args(speculative: SpecConfig | None, tp_size: int = 1) -> None:
-    """Chapter 26: ValueError unless `speculative` is None or a SpecConfig this setting can run. N-gram speculation
-    runs under tensor parallelism (every rank proposes the same drafts from the same tokens and accepts the same
-    ones from the same gathered logits and generator); a draft model does not (its engine would need a rank
-    group of its own)."""
-    if speculative is not None and not isinstance(speculative, SpecConfig):
-        raise ValueError(f"speculative must be a SpecConfig or None, got {type(speculative).__name__}")
-    if speculative is not None and speculative.method == "draft" and tp_size > 1:
-        raise ValueError(f"speculative decoding with a draft model runs with tp_size 1 only, got tp_size {tp_size} "
-                         "(n-gram speculation works with any tp_size)")
-
+from minisgl.spec import Proposer, SpecStats, make_proposer, verify_batch
 
 def can_speculate(params: SamplingParams) -> bool:
     """Chapter 26: whether a request's drafts can be verified here. Not when its token is more than a draw from the
@@ -120,37 +91,25 @@ class ForwardData(NamedTuple):
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None,
-                 enable_mixed_chunk: bool | None = None, admission: str | None = None,
-                 new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
-                 max_retractions: int = 1, speculative: SpecConfig | None = None) -> None:
-        if max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
-        admission = check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)
-        check_spec_args(speculative)
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
         self.finished: dict[int, Req] = {}
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
-        self.overlap = not ENV.DISABLE_OVERLAP_SCHEDULING if overlap is None else overlap
-        self.enable_mixed_chunk = ENV.ENABLE_MIXED_CHUNK if enable_mixed_chunk is None else enable_mixed_chunk
         self._freed: set[int] = set()  # requests freed since their last batch was launched: skip their results
         self._unprocessed: list[Batch] = []  # launched batches whose results were not processed yet
         # Chapter 23: admission, and what retraction keeps track of.
-        self.admission = admission
-        self.optimistic = admission == "optimistic"
-        self.new_token_ratio = new_token_ratio or NewTokenRatio(ENV.INIT_NEW_TOKEN_RATIO)
-        self.retraction_policy = retraction_policy
-        self.max_retractions = max_retractions
+        self.optimistic = config.optimistic
+        self.new_token_ratio = config.new_token_ratio or NewTokenRatio(ENV.INIT_NEW_TOKEN_RATIO)
         self.retractions: dict[int, int] = {}  # uid -> times retracted, while the request lives
         self.pinned: set[int] = set()  # uids retracted max_retractions times: never retracted again
         self.num_retractions = 0  # retractions since the scheduler was made
@@ -162,7 +121,7 @@ class Scheduler:
         self.constraints: dict[int, Constraint] = {}
         self._grammars: GrammarCache | None = None  # made on the first request with a grammar (it loads the tokenizer)
         # Chapter 26: the proposer of draft tokens (None: no speculation) and what speculation did so far.
-        self.speculative = speculative
+        speculative = config.speculative
         self.proposer: Proposer | None = make_proposer(speculative, engine) if speculative is not None else None
         if speculative is not None:
             engine.capture_verify_graphs(speculative.num_tokens)
@@ -216,7 +175,7 @@ class Scheduler:
         if self.idle:
             self.new_token_ratio.reset()  # nothing runs: the next burst starts from the initial estimate
             return None
-        if not self.enable_mixed_chunk:
+        if not self.config.enable_mixed_chunk:
             batch = self.prefill_manager.schedule_next_batch(self._reserved())
             if batch is not None:
                 return batch
@@ -268,7 +227,7 @@ class Scheduler:
         while reqs and cache.slots_for(reqs) + extra > cache.available_size:
             if len(reqs) == 1 and not extra:
                 break
-            victim = pick_victim(reqs, self.retraction_policy, self.pinned)
+            victim = pick_victim(reqs, self.config.retraction_policy, self.pinned)
             if victim is None:
                 break
             reqs.remove(victim)
@@ -282,8 +241,8 @@ class Scheduler:
 
     def draft_lengths(self, reqs: list[Req]) -> list[int]:
         """Chapter 26: how many drafts each running request may take this step (0: it decodes one token)."""
-        # TODO(ch26): k = self.speculative.num_tokens for a request that can_speculate(its sampling params) and has no
-        # grammar (its uid not in self.constraints); capped at remain_len - 1, so that the KV the step writes (the
+        # TODO(ch26): k = self.config.speculative.num_tokens for a request that can_speculate(its sampling params) and
+        # has no grammar (its uid not in self.constraints); capped at remain_len - 1, so that the KV the step writes (the
         # last token and the drafts) stays below max_device_len - 1, inside what admission reserved, and every token
         # the step can add fits in max_tokens. 0 for every other request (never below 0).
         raise NotImplementedError("TODO(ch26): Scheduler.draft_lengths")
@@ -356,7 +315,7 @@ class Scheduler:
         ids = req.input_ids.clone()
         self._free(req)
         count = self.retractions[req.uid] = self.retractions.get(req.uid, 0) + 1
-        if count >= self.max_retractions:
+        if count >= self.config.max_retractions:
             self.pinned.add(req.uid)
         self.num_retractions += 1
         self.prefill_manager.requeue(PendingReq(req.uid, ids, req.sampling_params, prompt_len=req.prompt_len))
@@ -588,7 +547,7 @@ class Scheduler:
 
     def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-        if not self.overlap:
+        if not self.config.overlap:
             while not self.idle:
                 if self.step() is None:
                     raise stuck

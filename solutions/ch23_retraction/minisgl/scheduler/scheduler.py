@@ -36,29 +36,12 @@ from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
 from minisgl.env import ENV
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
-from minisgl.scheduler.retract import RETRACTION_POLICIES, NewTokenRatio, pick_victim
+from minisgl.scheduler.retract import NewTokenRatio, pick_victim
 from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
-
-ADMISSIONS = ("conservative", "optimistic")
-
-
-def check_admission_args(admission: str | None, new_token_ratio: NewTokenRatio | None = None,
-                         retraction_policy: str = "length", max_retractions: int = 1) -> str:
-    """The admission policy (None: MINISGL_ADMISSION, else conservative); ValueError naming a bad argument."""
-    admission = ENV.ADMISSION if admission is None else admission
-    if admission not in ADMISSIONS:
-        raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
-    if retraction_policy not in RETRACTION_POLICIES:
-        raise ValueError(f"retraction_policy must be one of {', '.join(RETRACTION_POLICIES)}, got {retraction_policy!r}")
-    if isinstance(max_retractions, bool) or not isinstance(max_retractions, int) or max_retractions < 1:
-        raise ValueError(f"max_retractions must be an integer >= 1, got {max_retractions!r}")
-    if new_token_ratio is not None and not isinstance(new_token_ratio, NewTokenRatio):
-        raise ValueError(f"new_token_ratio must be a NewTokenRatio, got {type(new_token_ratio).__name__}")
-    return admission
-
 
 class ForwardData(NamedTuple):
     """A launched batch and its sampled tokens, which are on the CPU once `ready` has fired."""
@@ -69,36 +52,25 @@ class ForwardData(NamedTuple):
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None,
-                 enable_mixed_chunk: bool | None = None, admission: str | None = None,
-                 new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
-                 max_retractions: int = 1) -> None:
-        if max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
-        admission = check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
         self.finished: dict[int, Req] = {}
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
-        self.overlap = not ENV.DISABLE_OVERLAP_SCHEDULING if overlap is None else overlap
-        self.enable_mixed_chunk = ENV.ENABLE_MIXED_CHUNK if enable_mixed_chunk is None else enable_mixed_chunk
         self._freed: set[int] = set()  # requests freed since their last batch was launched: skip their results
         self._unprocessed: list[Batch] = []  # launched batches whose results were not processed yet
         # Chapter 23: admission, and what retraction keeps track of.
-        self.admission = admission
-        self.optimistic = admission == "optimistic"
-        self.new_token_ratio = new_token_ratio or NewTokenRatio(ENV.INIT_NEW_TOKEN_RATIO)
-        self.retraction_policy = retraction_policy
-        self.max_retractions = max_retractions
+        self.optimistic = config.optimistic
+        self.new_token_ratio = config.new_token_ratio or NewTokenRatio(ENV.INIT_NEW_TOKEN_RATIO)
         self.retractions: dict[int, int] = {}  # uid -> times retracted, while the request lives
         self.pinned: set[int] = set()  # uids retracted max_retractions times: never retracted again
         self.num_retractions = 0  # retractions since the scheduler was made
@@ -135,7 +107,7 @@ class Scheduler:
         if self.idle:
             self.new_token_ratio.reset()  # nothing runs: the next burst starts from the initial estimate
             return None
-        if not self.enable_mixed_chunk:
+        if not self.config.enable_mixed_chunk:
             batch = self.prefill_manager.schedule_next_batch(self._reserved())
             if batch is not None:
                 return batch
@@ -187,8 +159,8 @@ class Scheduler:
         Returns the rows left as a decode batch, None if none is left."""
         # TODO(ch23): build `reqs`, the list of the rows that stay (the return below makes them the decode batch),
         # starting from list(batch.reqs). While cache_manager.slots_for(reqs) + extra > cache_manager.available_size:
-        # stop if one row is left and extra is 0; else pick_victim(reqs, self.retraction_policy, self.pinned) (stop
-        # if it is None: every row is pinned), remove it from reqs and _retract it. Then
+        # stop if one row is left and extra is 0; else pick_victim(reqs, self.config.retraction_policy, self.pinned)
+        # (stop if it is None: every row is pinned), remove it from reqs and _retract it. Then
         # new_token_ratio.after_retraction(self.decode_manager.running) if anything was retracted,
         # new_token_ratio.step() otherwise.
         # >>> solution
@@ -198,7 +170,7 @@ class Scheduler:
         while reqs and cache.slots_for(reqs) + extra > cache.available_size:
             if len(reqs) == 1 and not extra:
                 break
-            victim = pick_victim(reqs, self.retraction_policy, self.pinned)
+            victim = pick_victim(reqs, self.config.retraction_policy, self.pinned)
             if victim is None:
                 break
             reqs.remove(victim)
@@ -230,7 +202,7 @@ class Scheduler:
             self._freed.add(req.uid)
         self._free(req)
         count = self.retractions[req.uid] = self.retractions.get(req.uid, 0) + 1
-        if count >= self.max_retractions:
+        if count >= self.config.max_retractions:
             self.pinned.add(req.uid)
         self.num_retractions += 1
         self.prefill_manager.requeue(PendingReq(req.uid, req.input_ids, req.sampling_params,
@@ -403,7 +375,7 @@ class Scheduler:
 
     def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-        if not self.overlap:
+        if not self.config.overlap:
             while not self.idle:
                 if self.step() is None:
                     raise stuck
