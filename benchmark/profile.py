@@ -62,7 +62,7 @@ def run_loop(llm, workload: Workload, on_step=None) -> tuple[BatchLog, list[floa
     finally:
         scheduler.on_batch = None
     for uid in uids:
-        scheduler.finished.pop(uid, None)
+        scheduler.take_finished(uid)
     return log, marks, t0
 
 

@@ -70,6 +70,9 @@ def test_results_of_freed_requests_and_chunks_are_skipped():
     scheduler.decode_manager.add([reqs[0]])  # what launching the batch does
     scheduler._process_last_data(prefill, tokens)
     assert list(scheduler.finished) == [1] and scheduler._freed == {1}
+    assert (reqs[1].finish_reason, reqs[0].finish_reason) == ("length", None), \
+        f"request 1 reached max_tokens (finish_reason 'length'), request 0 goes on (None): " \
+        f"got {reqs[1].finish_reason!r} and {reqs[0].finish_reason!r}"
     assert reqs[0].output_ids == [tokens[0]] and reqs[2].input_ids.tolist() == [5, 6, 7], "a chunk records nothing"
     scheduler._process_last_data(Batch([reqs[1], reqs[0]], "decode"), [11, 12])
     assert reqs[1].output_ids == [tokens[1]], "a request freed after its batch was launched gets no extra token"

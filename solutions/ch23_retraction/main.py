@@ -51,7 +51,7 @@ def run(admission: str) -> dict[int, list[int]]:
     sched.check_integrity()
     tokens = sum(map(len, outputs))
     print(f"admission={admission}: {len(sched.history)} batches, at most {widest[0]} requests decoding at once, "
-          f"{sched.num_retractions} retraction{'' if sched.num_retractions == 1 else 's'}, {tokens} tokens")
+          f"{sched.admission.num_retractions} retraction{'' if sched.admission.num_retractions == 1 else 's'}, {tokens} tokens")
     print("\n".join(events[:8]) + ("\n  ..." if len(events) > 8 else ""))
     return outputs
 

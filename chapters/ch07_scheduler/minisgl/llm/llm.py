@@ -87,7 +87,7 @@ class LLM:
         pending = self._pending(prompts, sampling_params)
         self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         # TODO(ch07): queue every request, run the scheduler until idle with a tqdm bar of finished requests
-        # (disabled when ENV.QUIET), and return the outputs in input order, popping them from scheduler.finished.
+        # (disabled when ENV.QUIET), and return the outputs in input order, taking them with scheduler.take_finished.
         raise NotImplementedError("TODO(ch07): LLM.generate")
 
 

@@ -53,7 +53,7 @@ class Scheduler:
                                           engine.config.cache_type)
         self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -93,12 +93,13 @@ class Scheduler:
         # token per decode row; mix them when both exist, else return whichever exists (None if neither).
         raise NotImplementedError("TODO(ch21): Scheduler.schedule_next_batch")
 
-    def is_finished(self, req: Req, token: int) -> bool:
-        """Judged on the host copy of the sequence, whose last token is `token` (with overlap, the device side is
-        a batch ahead). Plain ints: this runs for every request at every step."""
-        eos = self.engine.model_config.eos_token_ids
-        hit_eos = not req.sampling_params.ignore_eos and token in eos
-        return req.input_ids.shape[0] >= req.max_device_len or hit_eos
+    def finish_reason(self, req: Req, token: int) -> str | None:
+        """Why the request ends with `token`, the last token of its host copy (with overlap, the device side is a
+        batch ahead): "stop" for an EOS it does not ignore, "length" when it reached max_tokens (or the context);
+        None while it goes on. Plain ints: this runs for every request at every step."""
+        if token in self.engine.model_config.eos_token_ids and not req.sampling_params.ignore_eos:
+            return "stop"
+        return "length" if req.input_ids.shape[0] >= req.max_device_len else None
 
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
@@ -122,7 +123,9 @@ class Scheduler:
             req.append_host(token)
             if self.on_token is not None:
                 self.on_token(req, token)
-            if self.is_finished(req, token):
+            reason = self.finish_reason(req, token)
+            if reason is not None:
+                req.finish_reason = reason
                 if req in self.decode_manager.running:
                     self.decode_manager.remove(req)
                 self._free(req)
@@ -130,6 +133,10 @@ class Scheduler:
                 self._freed.add(req.uid)
             elif req in prompts:
                 self.cache_manager.cache_req(req, finished=False)  # its prompt becomes shareable right away
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
@@ -218,6 +225,12 @@ class Scheduler:
             data = self._launch(batch) if batch is not None else None
             self._process(last)
             return data
+
+    def status(self) -> dict[str, int]:
+        """The scheduler's counters (the server's /health): its queues and its KV pool."""
+        cache = self.cache_manager
+        return {"waiting": len(self.prefill_manager.pending), "running": len(self.decode_manager.running),
+                "available_slots": cache.available_size, "total_slots": cache.num_slots}
 
     def check_integrity(self) -> None:
         """When nothing runs: every table row is free and every KV page free or cached exactly once."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from minisgl.core import SamplingParams
+from minisgl.core import SamplingParams, TokenLogprob
 from minisgl.distributed import get_tp_info
 from minisgl.engine import Engine, EngineConfig
 from minisgl.env import ENV
@@ -119,10 +119,12 @@ class LLM:
         checked before any is queued. If the run fails or is interrupted, its requests are aborted and freed and
         the error goes on; the LLM serves the next call.
 
-        Chapter 24: with logprobs, an answer also has "logprobs" (the log-probability of each output token, from
-        the model's distribution before any sampling setting) and, with top_logprobs, "top_logprobs" (for each
-        output token, the (token id, logprob) pairs of the most likely ones, best first). A prompt with n > 1
-        also gets "samples", its n answers (the first is also the answer itself)."""
+        Chapter 24: an answer also says why it ended, "finish_reason": "stop" when it ended by itself (an EOS; a
+        complete grammar, chapter 25), "length" at max_tokens or the context's end. With logprobs it has "logprobs"
+        (the log-probability of each output token, from the model's distribution before any sampling setting)
+        and, with top_logprobs, "top_logprobs" (for each output token, the (token id, logprob) pairs of the most
+        likely ones, best first). A prompt with n > 1 also gets "samples", its n answers (the first is also the
+        answer itself)."""
         requests = self._requests(prompts, sampling_params)
         expanded, owner = expand_samples(requests)
         run = self._group.generate if self._group is not None else (lambda reqs: self._run(self._pending(reqs)))
@@ -133,8 +135,9 @@ class LLM:
             run(shared)
         outputs = run(expanded)
         results = [{"samples": []} for _ in requests]
-        for i, (ids, logprobs) in zip(owner, outputs):
-            sample = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids}
+        for i, (ids, logprobs, reason) in zip(owner, outputs):
+            sample = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids,
+                      "finish_reason": reason}
             if logprobs is not None:
                 sample["logprobs"] = [lp for lp, _ in logprobs]
                 if requests[i][1].top_logprobs:
@@ -146,9 +149,9 @@ class LLM:
                 del result["samples"]
         return results
 
-    def _run(self, pending: list[PendingReq]) -> list[tuple[list[int], list | None]]:
-        """Queue checked requests, run the scheduler until they all finished; their output token ids, and their
-        log-probability entries (None for a request that did not ask)."""
+    def _run(self, pending: list[PendingReq]) -> list[tuple[list[int], list[TokenLogprob] | None, str]]:
+        """Queue checked requests, run the scheduler until they all finished; their output token ids, their
+        log-probability entries (None for a request that did not ask) and their finish reasons."""
         self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         for p in pending:
             self.scheduler.add_request(p)
@@ -156,8 +159,8 @@ class LLM:
         quiet = ENV.QUIET or not get_tp_info().is_primary  # one progress bar, not one per rank
         with tqdm(total=len(pending), desc="generate", disable=quiet) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        return [(self.scheduler.finished.pop(p.uid).output_ids, self.scheduler.logprobs.pop(p.uid, None))
-                for p in pending]
+        reqs = [self.scheduler.take_finished(p.uid) for p in pending]
+        return [(r.output_ids, r.logprobs, r.finish_reason) for r in reqs]
 
 
 def make_scheduler_config(kwargs: dict, given: SchedulerConfig | None = None) -> SchedulerConfig:

@@ -87,14 +87,14 @@ class LLM:
         pending = self._pending(prompts, sampling_params)
         self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         # TODO(ch07): queue every request, run the scheduler until idle with a tqdm bar of finished requests
-        # (disabled when ENV.QUIET), and return the outputs in input order, popping them from scheduler.finished.
+        # (disabled when ENV.QUIET), and return the outputs in input order, taking them with scheduler.take_finished.
         # >>> solution
         for p in pending:
             self.scheduler.add_request(p)
         self._next_uid += len(pending)
         with tqdm(total=len(pending), desc="generate", disable=ENV.QUIET) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        reqs = [self.scheduler.finished.pop(p.uid) for p in pending]
+        reqs = [self.scheduler.take_finished(p.uid) for p in pending]
         return [{"text": self.tokenizer.decode(r.output_ids, skip_special_tokens=True), "token_ids": r.output_ids}
                 for r in reqs]
         # <<< solution

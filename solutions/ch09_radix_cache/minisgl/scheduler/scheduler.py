@@ -32,7 +32,7 @@ class Scheduler:
                                           engine.config.cache_type)
         self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -112,6 +112,10 @@ class Scheduler:
         except BaseException:
             self.cache_manager.release_paged(batch.reqs, ends)
             raise
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_all(self) -> None:
         """Drop every request, waiting or admitted, freeing what it holds, and forget results nobody collected.

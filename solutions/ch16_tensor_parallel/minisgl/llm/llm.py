@@ -133,7 +133,7 @@ class LLM:
         quiet = ENV.QUIET or not get_tp_info().is_primary  # one progress bar, not one per rank
         with tqdm(total=len(pending), desc="generate", disable=quiet) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        return [self.scheduler.finished.pop(p.uid).output_ids for p in pending]
+        return [self.scheduler.take_finished(p.uid).output_ids for p in pending]
 
 
 def make_scheduler_config(kwargs: dict, given: SchedulerConfig | None = None) -> SchedulerConfig:
