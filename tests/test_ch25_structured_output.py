@@ -481,7 +481,7 @@ def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
     for pool, admission in ((4096, "conservative"), (150, "optimistic")):
         llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=128, num_pages=pool, overlap=False,
                   admission=admission, new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
-        runs[admission] = ([o["token_ids"] for o in llm.generate(ids, params)], llm.scheduler.num_retractions)
+        runs[admission] = ([o["token_ids"] for o in llm.generate(ids, params)], llm.scheduler.admission.num_retractions)
         assert not llm.scheduler.grammar.matchers
         assert_clean(llm)
     (calm, zero), (tight, retractions) = runs["conservative"], runs["optimistic"]
