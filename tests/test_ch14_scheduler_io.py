@@ -437,6 +437,11 @@ def test_abort_and_scheduler_errors():
 
 # ---- the real processes --------------------------------------------------------------------------------------
 
+def test_workers_refuse_scheduler_settings_that_are_not_a_scheduler_config_before_starting_anything():
+    with pytest.raises(ValueError, match="scheduler_config must be a SchedulerConfig, got dict"):
+        Workers(model_path("smollm2"), {}, {"max_extend_tokens": 32})
+
+
 @pytest.fixture(scope="module")
 def workers():
     engine = dict(max_running_reqs=8, max_seq_len=256, cpu_kv_cache_mb=32)

@@ -66,6 +66,8 @@ class Workers:
 
     def __init__(self, model_path: str, engine_args: dict | None = None,
                  scheduler_config: SchedulerConfig | None = None, startup_timeout: float = 600.0) -> None:
+        if scheduler_config is not None and not isinstance(scheduler_config, SchedulerConfig):
+            raise ValueError(f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}")
         self.folder = Path(tempfile.mkdtemp(prefix="minisgl-"))
         self.addrs = Addresses.in_folder(self.folder)
         context = mp.get_context("spawn")  # a fresh interpreter: no CUDA state or threads inherited

@@ -190,7 +190,8 @@ class Scheduler:
         """Record one new token of a request on the host: its sequence, log-probabilities and the on_token callback.
         Why the request has finished with it, None if it goes on."""
         req.append_host(token)
-        self.logprobs.record(req, entries)
+        if entries:  # chapter 24: some request of the batch asked for log-probabilities
+            self.logprobs.record(req, entries)
         if self.on_token is not None:
             self.on_token(req, token)
         return self.finish_reason(req, token)

@@ -218,7 +218,8 @@ class Scheduler:
         """Record one new token of a request on the host: its sequence, log-probabilities, grammar and the on_token
         callback. Why the request has finished with it, None if it goes on."""
         req.append_host(token)
-        self.logprobs.record(req, entries)
+        if entries:  # chapter 24: some request of the batch asked for log-probabilities
+            self.logprobs.record(req, entries)
         if req.uid in self.grammar.matchers:
             self.grammar.advance(req, token)
         if self.on_token is not None:
