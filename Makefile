@@ -78,7 +78,7 @@ reset: need-ch  ## restore chapter CH's pristine skeleton (your edited files are
 restore: need-ch  ## bring back chapter CH's files as the last `make reset` saved them
 	$(COURSE) restore $(CH)
 
-copies:  ## (maintainers) every chapter copy of P=minisgl/... oldest first, with the lines each chapter changed
+copies:  ## (maintainers) every chapter copy of P=minisgl/... oldest first, the lines each chapter changed, their total; no P: the paths whose copies hold the most lines
 	@$(COURSE) copies $(P)
 
 progress: deps  ## every chapter: not started / in progress / passing

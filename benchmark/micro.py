@@ -179,7 +179,7 @@ def decode_step_time(llm, batch: int, prompt_len: int, steps: int, weight_bytes:
     finally:
         scheduler.on_batch = saved
     for uid in uids:
-        scheduler.finished.pop(uid)
+        scheduler.take_finished(uid)
     decodes = [i for i, phase in enumerate(log.phases) if phase == "decode"]
     timed = decodes[skip : skip + steps]
     if len(timed) < steps or len(marks) < len(log.phases):
@@ -213,7 +213,7 @@ def prefill_step_time(llm, tokens: int, prompt_len: int, batches: int, params: i
     finally:
         scheduler.on_batch = saved
     for uid in uids:
-        scheduler.finished.pop(uid)
+        scheduler.take_finished(uid)
     full = [i for i, (_, new) in enumerate(log.steps) if new == tokens and log.phases[i] == "prefill"]
     timed = full[skip : skip + batches]  # fewer when the pool cannot hold that many at once: at least one
     if not timed or timed != list(range(timed[0], timed[0] + len(timed))) or timed[0] < 1:

@@ -19,7 +19,7 @@ def _one_run(llm, workload: list[tuple[list[int], int]]) -> dict:
     from minisgl.benchmark.driver import _run_once
     from minisgl.benchmark.metrics import request_latencies
 
-    run = _run_once(llm, workload, "offline", None, llm.scheduler.max_extend_tokens, llm.engine.device)
+    run = _run_once(llm, workload, "offline", None, llm.scheduler.config.max_extend_tokens, llm.engine.device)
     lat = [request_latencies(t) for t in run.traces]
     tokens = sum(t.tokens for t in run.traces)
     return {"wall_s": run.wall_s, "output_tokens": tokens, "output_tok_s": tokens / run.wall_s,
@@ -33,7 +33,7 @@ def _child(model: str, server_args: str, workload, runs: int, queue) -> None:
         from minisgl.server.args import parse_args
 
         args = parse_args(["--model", model, *shlex.split(server_args)])
-        llm = LLM(model, **args.scheduler_args, **args.engine_args)
+        llm = LLM(model, scheduler_config=args.scheduler_config, **args.engine_args)
         _one_run(llm, workload)  # warm-up: thrown away
         queue.put(("ok", [_one_run(llm, workload) for _ in range(runs)]))
     except BaseException as e:  # the parent reports it; the benchmark goes on without the row

@@ -62,7 +62,7 @@ def run_loop(llm, workload: Workload, on_step=None) -> tuple[BatchLog, list[floa
     finally:
         scheduler.on_batch = None
     for uid in uids:
-        scheduler.finished.pop(uid, None)
+        scheduler.take_finished(uid)
     return log, marks, t0
 
 
@@ -134,7 +134,7 @@ def timeline(llm, workload: Workload) -> dict:
         del llm.scheduler._process  # the method of the class again
     times = [b - a for a, b in zip([t0, *marks], marks)][: len(log.phases)]
     # Iteration i launches batch i and waits for batch i - 1 (overlap): the wait belongs to batch i - 1.
-    waited = (waits[1:] + [0.0])[: len(times)] if llm.scheduler.overlap else waits[: len(times)]
+    waited = (waits[1:] + [0.0])[: len(times)] if llm.scheduler.config.overlap else waits[: len(times)]
     by: dict[str, list[float]] = {name: [0, 0.0, 0.0] for name, _ in PHASES}
     points = []
     for phase, (contexts, _), dt, wait in zip(log.phases, log.steps, times, waited):

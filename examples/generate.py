@@ -45,7 +45,7 @@ def main() -> None:
         llm.shutdown()
         return
     print(f"{line} ({len(llm.scheduler.history)} batches, page size {engine.config.page_size}, "
-          f"{engine.config.cache_type} cache, overlap {'on' if llm.scheduler.overlap else 'off'})")
+          f"{engine.config.cache_type} cache, overlap {'on' if llm.scheduler.config.overlap else 'off'})")
     llm.scheduler.check_integrity()
 
 

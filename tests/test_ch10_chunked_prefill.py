@@ -10,6 +10,7 @@ from helpers import assert_clean, hf_greedy, model_path, pending, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder, PrefillManager
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.teaching.step_sim import Sequence, StepSimulator
@@ -131,7 +132,7 @@ def test_admission_counts_whole_pages_so_the_pool_never_runs_dry():
     counted in pages, the third waits until one finishes (admitted now, it would start as a 4-token chunk)."""
     eng = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=32, page_size=4,
                               num_pages=11))
-    scheduler = Scheduler(eng, max_extend_tokens=24)
+    scheduler = Scheduler(eng, SchedulerConfig(max_extend_tokens=24))
     requests = [pending(0, 10, 4, first=5), pending(1, 10, 4, first=30), pending(2, 13, 4, first=60)]
     for r in requests:
         scheduler.add_request(r)
@@ -147,7 +148,7 @@ def test_admission_counts_whole_pages_so_the_pool_never_runs_dry():
 def test_a_prompt_enters_the_prefix_cache_only_after_its_last_chunk(engine):
     """A chunk's KV is not handed to the prefix cache: the prompt becomes shareable (its whole pages) once its
     last piece ran, as in mini-sglang."""
-    scheduler = Scheduler(engine, max_extend_tokens=8)
+    scheduler = Scheduler(engine, SchedulerConfig(max_extend_tokens=8))
     request = pending(0, 30, 2)
     prompt = request.input_ids.tolist()
     scheduler.add_request(request)
@@ -268,7 +269,7 @@ def test_a_fault_in_the_middle_of_a_chunked_prompt_loses_nothing(where, page_siz
 
 @pytest.mark.stubs(*CHUNK_STUBS)
 def test_aborting_a_chunked_request_frees_what_it_holds(engine):
-    scheduler = Scheduler(engine, max_extend_tokens=8)
+    scheduler = Scheduler(engine, SchedulerConfig(max_extend_tokens=8))
     scheduler.add_request(pending(0, 30, 4))
     scheduler.add_request(pending(1, 4, 3, first=50))
     scheduler.step()

@@ -14,6 +14,7 @@ from helpers import assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.scheduler import Scheduler
@@ -56,7 +57,7 @@ def test_decode_batch_skips_requests_that_are_done_on_the_device():
 @pytest.mark.stubs("Scheduler._process_last_data")
 def test_results_of_freed_requests_and_chunks_are_skipped():
     eng = Engine(EngineConfig(model_path("tiny-qwen3"), max_running_reqs=3, max_seq_len=64, num_pages=60))
-    scheduler = Scheduler(eng, overlap=True)
+    scheduler = Scheduler(eng, SchedulerConfig(overlap=True))
     reqs = []
     for uid, (cls, max_tokens) in enumerate([(Req, 3), (Req, 1), (ChunkedReq, 4)]):
         row = scheduler.table_manager.allocate()
@@ -69,6 +70,9 @@ def test_results_of_freed_requests_and_chunks_are_skipped():
     scheduler.decode_manager.add([reqs[0]])  # what launching the batch does
     scheduler._process_last_data(prefill, tokens)
     assert list(scheduler.finished) == [1] and scheduler._freed == {1}
+    assert (reqs[1].finish_reason, reqs[0].finish_reason) == ("length", None), \
+        f"request 1 reached max_tokens (finish_reason 'length'), request 0 goes on (None): " \
+        f"got {reqs[1].finish_reason!r} and {reqs[0].finish_reason!r}"
     assert reqs[0].output_ids == [tokens[0]] and reqs[2].input_ids.tolist() == [5, 6, 7], "a chunk records nothing"
     scheduler._process_last_data(Batch([reqs[1], reqs[0]], "decode"), [11, 12])
     assert reqs[1].output_ids == [tokens[1]], "a request freed after its batch was launched gets no extra token"
@@ -199,7 +203,7 @@ def test_chunked_trace_with_page_size_4_and_overlap():
 def test_abort_while_its_batch_is_in_flight():
     name = "tiny-qwen3"
     eng = Engine(EngineConfig(model_path(name), max_running_reqs=3, max_seq_len=96, num_pages=90))
-    scheduler = Scheduler(eng, max_extend_tokens=8, overlap=True)
+    scheduler = Scheduler(eng, SchedulerConfig(max_extend_tokens=8, overlap=True))
     frees = count_frees(scheduler)
     prompts = prompt_ids(name, 3)
     for uid, p in enumerate(prompts):

@@ -18,6 +18,7 @@ from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.message import (AbortBackendMsg, AbortMsg, BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ErrorMsg, ErrorReply,
                              ExitMsg, GetStatusMsg, HoldMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.io import SchedulerIO
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.scheduler import Scheduler
@@ -69,7 +70,8 @@ class Outbox:
 
 def make_io(name="tiny-qwen3", overlap=True, max_extend_tokens=64, **config) -> SchedulerIO:
     config = dict(max_running_reqs=4, max_seq_len=256, cpu_kv_cache_mb=16) | config
-    scheduler = Scheduler(Engine(EngineConfig(model_path(name), **config)), max_extend_tokens, overlap)
+    scheduler = Scheduler(Engine(EngineConfig(model_path(name), **config)),
+                          SchedulerConfig(max_extend_tokens=max_extend_tokens, overlap=overlap))
     inbox = Inbox()
     inbox.scheduler = scheduler
     return SchedulerIO(scheduler, inbox, Outbox())
@@ -435,10 +437,15 @@ def test_abort_and_scheduler_errors():
 
 # ---- the real processes --------------------------------------------------------------------------------------
 
+def test_workers_refuse_scheduler_settings_that_are_not_a_scheduler_config_before_starting_anything():
+    with pytest.raises(ValueError, match="scheduler_config must be a SchedulerConfig, got dict"):
+        Workers(model_path("smollm2"), {}, {"max_extend_tokens": 32})
+
+
 @pytest.fixture(scope="module")
 def workers():
     engine = dict(max_running_reqs=8, max_seq_len=256, cpu_kv_cache_mb=32)
-    with Workers(model_path("smollm2"), engine, dict(max_extend_tokens=32)) as w:
+    with Workers(model_path("smollm2"), engine, SchedulerConfig(max_extend_tokens=32)) as w:
         yield w
 
 

@@ -5,6 +5,7 @@ graphs on equal to HF greedy. On the CPU the graphs are EagerGraph (the same run
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 import torch
@@ -49,7 +50,7 @@ def test_cuda_graph_setting():
 def decode_batch(llm: LLM, prompts: list[list[int]]):
     """Admit `prompts`, run their prefill, and return their first decode batch, prepared (pages allocated)."""
     sched = llm.scheduler
-    sched.overlap = False
+    sched.config = dataclasses.replace(sched.config, overlap=False)
     for i, p in enumerate(prompts):
         llm.scheduler.add_request(_pending(1000 + i, p))
     while sched.prefill_manager.pending:

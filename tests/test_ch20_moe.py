@@ -373,7 +373,7 @@ def run_workload(llm: LLM) -> list[list[list[int]]]:
 @pytest.mark.stubs(*ENGINE_STUBS)
 def test_llm_on_tiny_qwen3_moe_matches_hf_greedy():
     llm = LLM(model_path(MODEL), **LLM_CONFIG)
-    assert llm.scheduler.overlap, "the overlap scheduler should be on (MINISGL_DISABLE_OVERLAP_SCHEDULING unset?)"
+    assert llm.scheduler.config.overlap, "the overlap scheduler should be on (MINISGL_DISABLE_OVERLAP_SCHEDULING unset?)"
     for c, call in enumerate(workload()):
         if c == 2:
             cached = llm.scheduler.cache_manager.prefix_cache.match_prefix(call[0])[0].cached_len

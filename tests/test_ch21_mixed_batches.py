@@ -18,6 +18,7 @@ from helpers import (BF16_MARGIN, assert_clean, hf_greedy, hf_greedy_cuda, model
                      pending, prompt_ids, tokenizer)
 from minisgl.core import Batch, Req, SamplingParams  # noqa: E402
 from minisgl.llm import LLM  # noqa: E402
+from minisgl.scheduler.config import SchedulerConfig  # noqa: E402
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager  # noqa: E402
 from minisgl.scheduler.scheduler import Scheduler  # noqa: E402
 from minisgl.scheduler.utils import PendingReq  # noqa: E402
@@ -211,8 +212,8 @@ def test_aborts_while_mixing_free_everything(overlap):
 
 def test_mixing_is_off_by_default():
     llm = LLM(model_path("tiny-qwen3"), max_running_reqs=2, max_seq_len=64)
-    assert llm.scheduler.enable_mixed_chunk is (os.environ.get("MINISGL_ENABLE_MIXED_CHUNK", "0") in ("1", "true"))
-    assert Scheduler(llm.engine, enable_mixed_chunk=True).enable_mixed_chunk
+    assert llm.scheduler.config.enable_mixed_chunk is (os.environ.get("MINISGL_ENABLE_MIXED_CHUNK", "0") in ("1", "true"))
+    assert Scheduler(llm.engine, SchedulerConfig(enable_mixed_chunk=True)).config.enable_mixed_chunk
 
 
 @needs_triton

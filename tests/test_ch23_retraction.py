@@ -19,6 +19,7 @@ import torch
 from helpers import CHAT, TEXTS, assert_clean, health_until, hf_greedy, hold, model_path, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.retract import NewTokenRatio, pick_victim
@@ -27,8 +28,8 @@ from minisgl.scheduler.utils import PendingReq
 from minisgl.server.local import LocalServer
 
 ALL_STUBS = ("NewTokenRatio.after_retraction", "DecodeManager.reserved_slots", "pick_victim",
-             "CacheManager.held_pages", "Scheduler._make_room", "Scheduler._retract")
-RUN_STUBS = ("DecodeManager.reserved_slots", "pick_victim", "Scheduler._make_room", "Scheduler._retract",
+             "CacheManager.held_pages", "Admission.make_room", "Scheduler.retract")
+RUN_STUBS = ("DecodeManager.reserved_slots", "pick_victim", "Admission.make_room", "Scheduler.retract",
              "NewTokenRatio.after_retraction")
 NAME = "tiny-qwen3"
 MAX_TOKENS = 24
@@ -110,7 +111,7 @@ def _generate_checked(llm: LLM, ids, params):
 def never_retracts(page_size: int, name: str = NAME) -> tuple[tuple[int, ...], ...]:
     """The outputs through a pool large enough for all 8 requests at their full max_tokens: no retraction."""
     outputs, llm, _, retracted = generate(8 * 64, admission="conservative", page_size=page_size, name=name)
-    assert not retracted and llm.scheduler.num_retractions == 0
+    assert not retracted and llm.scheduler.admission.num_retractions == 0
     return tuple(map(tuple, outputs))
 
 
@@ -270,14 +271,14 @@ def finish_and_check(llm) -> None:
     assert_clean(llm)
 
 
-@pytest.mark.stubs("Scheduler._retract")
+@pytest.mark.stubs("Scheduler.retract")
 @pytest.mark.parametrize("limit", [1, 2])
 def test_a_retracted_request_waits_at_the_front_with_its_tokens_and_its_prefix_cached(limit):
     llm, running = three_running(max_retractions=limit)
     sched, cache = llm.scheduler, llm.scheduler.cache_manager
     victim = running[1]
     free_before = cache.available_size
-    sched._retract(victim)
+    sched.retract(victim)
     assert victim not in sched.decode_manager.running and 1 not in sched._live, "the victim left the running set"
     waiting = list(sched.prefill_manager.pending)
     assert [p.uid for p in waiting] == [1, 9], "the victim waits at the front, before the newcomer"
@@ -287,48 +288,51 @@ def test_a_retracted_request_waits_at_the_front_with_its_tokens_and_its_prefix_c
     handle, _ = cache.prefix_cache.match_prefix(victim.input_ids.tolist())
     assert handle.cached_len == 13, f"its 13 computed tokens are kept in the radix cache, found {handle.cached_len}"
     assert cache.available_size == free_before + 13, "its pages are room again (unlocked in the cache)"
-    assert sched.num_retractions == 1 and sched.retractions == {1: 1}, f"counted: {sched.retractions}"
-    assert sched.pinned == ({1} if limit == 1 else set()), \
-        f"pinned once retracted max_retractions={limit} times: {sched.pinned}"
+    admission = sched.admission
+    assert admission.num_retractions == 1 and admission.retractions == {1: 1}, f"counted: {admission.retractions}"
+    assert sched.admission.pinned == ({1} if limit == 1 else set()), \
+        f"pinned once retracted max_retractions={limit} times: {sched.admission.pinned}"
     sched.check_integrity()
     finish_and_check(llm)
-    assert not sched.retractions and not sched.pinned, "nothing is kept of a request once it finished"
+    assert not admission.retractions and not admission.pinned, "nothing is kept of a request once it finished"
 
 
-@pytest.mark.stubs("Scheduler._make_room", "NewTokenRatio.after_retraction")
+@pytest.mark.stubs("Admission.make_room", "NewTokenRatio.after_retraction")
 def test_make_room_retracts_until_the_step_fits_and_keeps_the_last_row():
     llm, running = three_running(new_token_ratio=NewTokenRatio(0.5, 0.1, 4))
     sched, cache = llm.scheduler, llm.scheduler.cache_manager
     batch = sched.decode_manager.schedule_next_batch()
     hog = cache._allocate(len(cache._free_pages) - 1)  # all but one free page taken elsewhere; nothing evictable
     assert cache.available_size == 1
-    kept = sched._make_room(batch)
+    kept = sched.admission.make_room(batch)
     assert kept is not None and kept.reqs == running[:2], \
         f"3 slots needed, 1 free: one retraction frees enough, kept {kept and [r.uid for r in kept.reqs]}"
-    assert sched.num_retractions == 1 and [p.uid for p in sched.prefill_manager.pending] == [2, 9], \
+    assert sched.admission.num_retractions == 1 and [p.uid for p in sched.prefill_manager.pending] == [2, 9], \
         "the victim (the least advanced: all have 4 tokens; then the longest prompt: request 2) was retracted"
-    assert sched.new_token_ratio.current == pytest.approx((8 + 40) / 81), \
-        f"after the retraction: (8 generated + 2 x 20) / (80 + 1), got {sched.new_token_ratio.current}"
+    assert sched.admission.new_token_ratio.current == pytest.approx((8 + 40) / 81), \
+        f"after the retraction: (8 generated + 2 x 20) / (80 + 1), got {sched.admission.new_token_ratio.current}"
 
     # Free pages short, but the radix cache holds unlocked pages (the victim's): they count, nobody is retracted.
     more = cache._allocate(len(cache._free_pages))
     assert len(cache._free_pages) == 0 and cache.available_size == 22
-    before = sched.new_token_ratio.current
-    again = sched._make_room(kept)
-    assert sched.num_retractions == 1 and again.reqs == kept.reqs, \
+    before = sched.admission.new_token_ratio.current
+    again = sched.admission.make_room(kept)
+    assert sched.admission.num_retractions == 1 and again.reqs == kept.reqs, \
         "evictable cached pages are room too: a step that fits retracts nobody"
-    assert sched.new_token_ratio.current == pytest.approx(before - 0.1), "a step that fits decays the ratio once"
+    assert sched.admission.new_token_ratio.current == pytest.approx(before - 0.1), \
+        "a step that fits decays the ratio once"
     cache.free(cache._page_slots(more))
 
     # One row left and no room at all: it is never retracted (it would only be admitted again into the same room).
     rest = cache._allocate(cache.available_size)
     single = Batch([kept.reqs[0]], "decode")
-    result = sched._make_room(single)
-    assert result is not None and result.reqs == single.reqs and sched.num_retractions == 1, "the last row stays"
+    result = sched.admission.make_room(single)
+    assert result is not None and result.reqs == single.reqs and sched.admission.num_retractions == 1, \
+        "the last row stays"
     # The same row while a prompt's chunk needs 1 slot in the same step (a mixed batch): the step has the chunk to
     # run, so the last row goes too.
-    gone = sched._make_room(single, extra=1)
-    assert gone is None and sched.num_retractions == 2, \
+    gone = sched.admission.make_room(single, extra=1)
+    assert gone is None and sched.admission.num_retractions == 2, \
         f"with extra=1 (a chunk shares the step) the last row is retracted, kept {gone and [r.uid for r in gone.reqs]}"
     cache.free(cache._page_slots(rest + hog))
     finish_and_check(llm)
@@ -351,9 +355,9 @@ def test_outputs_with_retraction_equal_a_pool_that_never_retracts_and_hf(overlap
     assert [delivered[uid] for uid in range(8)] == [len(o) for o in outputs], \
         "every token reaches the caller exactly once: none dropped, none sent again after a retraction"
     sched = llm.scheduler
-    assert not sched.retractions and not sched.pinned and not sched.prefill_manager.pending, \
+    assert not sched.admission.retractions and not sched.admission.pinned and not sched.prefill_manager.pending, \
         "nothing is kept of retracted requests once they finished"
-    assert max(collections.Counter(retracted).values()) <= sched.max_retractions
+    assert max(collections.Counter(retracted).values()) <= sched.config.max_retractions
 
 
 @pytest.mark.stubs(*RUN_STUBS)
@@ -396,7 +400,8 @@ def test_aborting_retracted_requests_frees_everything(overlap):
             assert any(p.uid == uid for p in sched.prefill_manager.pending), "a victim waits in the queue"
             assert sched.abort_request(uid), "a retracted request can be aborted while it waits"
             aborted.append(uid)
-            assert uid not in sched.retractions and uid not in sched.pinned, "an aborted request is forgotten"
+            assert uid not in sched.admission.retractions and uid not in sched.admission.pinned, \
+                "an aborted request is forgotten"
         elif len(readmitted) > 0 and len(aborted) == 1 and readmitted[-1] not in aborted:
             uid = readmitted[-1]  # a victim admitted again (pinned), now running
             assert sched.abort_request(uid), "a retracted request can be aborted once it runs again"
@@ -414,7 +419,7 @@ def test_aborting_retracted_requests_frees_everything(overlap):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("pick_victim", "Scheduler._retract", "Scheduler._make_room")
+@pytest.mark.stubs("pick_victim", "Scheduler.retract", "Admission.make_room")
 @pytest.mark.parametrize("limit, victims", [(10**6, [1, 1, 1, 1]), (1, [1, 0, None, None]), (2, [1, 1, 0, 0])])
 def test_no_request_is_retracted_more_than_max_retractions_times(limit, victims):
     """The pool runs dry four times. Nothing else bounds how often one request pays: by the "last" rule the request
@@ -433,10 +438,10 @@ def test_no_request_is_retracted_more_than_max_retractions_times(limit, victims)
             sched.step()  # the victim of the last round is admitted again
         batch = sched.decode_manager.schedule_next_batch()
         hog = cache._allocate(cache.available_size)  # the pool runs dry: no free page, nothing evictable
-        before = sched.num_retractions
-        kept = sched._make_room(batch)
+        before = sched.admission.num_retractions
+        kept = sched.admission.make_room(batch)
         gone = [r.uid for r in batch.reqs if r not in kept.reqs]
-        assert sched.num_retractions - before == len(gone) <= 1, "one retraction is enough each time"
+        assert sched.admission.num_retractions - before == len(gone) <= 1, "one retraction is enough each time"
         got.append(gone[0] if gone else None)
         cache.free(cache._page_slots(hog))
         sched.check_integrity()
@@ -518,7 +523,7 @@ class Bursts:
         if not self.bursts:
             return ExitMsg()
         self.items = self.bursts.pop(0)
-        self.starts.append((len(self.scheduler.history), self.scheduler.new_token_ratio.current))
+        self.starts.append((len(self.scheduler.history), self.scheduler.admission.new_token_ratio.current))
         return self.items.pop(0)
 
 
@@ -545,7 +550,8 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
     engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=8, max_seq_len=64, page_size=1, num_pages=160,
                                  cache_type="naive"))
     ratio = NewTokenRatio(0.7, 0.1, 4)  # reaches its floor after 4 steps that fit
-    sched = Scheduler(engine, max_extend_tokens=32, overlap=overlap, admission="optimistic", new_token_ratio=ratio)
+    sched = Scheduler(engine, SchedulerConfig(max_extend_tokens=32, overlap=overlap, admission="optimistic",
+                                              new_token_ratio=ratio))
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     ps = prompts()
     bursts = [[UserMsg(base + i, torch.tensor(p, dtype=torch.int32), params) for i, p in enumerate(ps)]
@@ -556,7 +562,7 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
     (first, _), (second, ratio_then) = inbox.starts
     runs = [[(phase, [uid % 100 for uid in uids]) for phase, uids in sched.history[a:b]]
             for a, b in ((first, second), (second, len(sched.history)))]
-    assert sched.num_retractions > 0, "the fixture must retract: the first burst has to move the ratio"
+    assert sched.admission.num_retractions > 0, "the fixture must retract: the first burst has to move the ratio"
     diverge = next((i for i, (a, b) in enumerate(zip(*runs)) if a != b), min(map(len, runs)))
     assert runs[0] == runs[1], (
         f"the second burst was admitted differently from the first from its batch {diverge} on "
@@ -577,8 +583,8 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
 
 def test_conservative_admission_is_the_default_and_never_retracts():
     outputs, llm, _, retracted = generate(TIGHT, admission=None)
-    assert llm.scheduler.admission == "conservative" and not llm.scheduler.optimistic
-    assert not retracted and llm.scheduler.num_retractions == 0
+    assert llm.scheduler.config.admission == "conservative" and not llm.scheduler.config.optimistic
+    assert not retracted and llm.scheduler.admission.num_retractions == 0
     check_hf(outputs)
 
 
@@ -632,8 +638,8 @@ def test_the_server_takes_the_admission_flags():
 
     args = parse_args(["--model", "m", "--admission", "optimistic", "--retraction-policy", "last",
                        "--max-retractions", "2"])
-    assert args.scheduler_args == {"admission": "optimistic", "retraction_policy": "last", "max_retractions": 2}
-    assert parse_args(["--model", "m"]).scheduler_args == {}, "conservative unless asked"
+    assert args.scheduler_config == SchedulerConfig(admission="optimistic", retraction_policy="last", max_retractions=2)
+    assert parse_args(["--model", "m"]).scheduler_config == SchedulerConfig(), "the defaults unless asked"
     for bad in (["--admission", "bold"], ["--max-retractions", "0"]):
         with pytest.raises(SystemExit):
             parse_args(["--model", "m", *bad])

@@ -503,7 +503,7 @@ def test_generate_returns_hfs_logprobs_for_every_output_token(overlap):
     for i in (0, 2, 3):
         check_logprobs(outs[i], ps[i], params[i].top_logprobs, f"request {i}")
     assert outs[0]["token_ids"] == hf_greedy(NAME, ps[0], N), "logprobs change nothing in the output"
-    assert not llm.scheduler.logprobs, f"entries left behind: {list(llm.scheduler.logprobs)}"
+    assert not llm.scheduler.logprobs.entries, f"entries left behind: {list(llm.scheduler.logprobs.entries)}"
     assert_clean(llm)
 
 
@@ -519,7 +519,7 @@ def test_logprobs_survive_a_retraction():
     for pool, admission in ((8 * 64, "conservative"), (110, "optimistic")):
         llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=64, page_size=1, num_pages=pool, overlap=False,
                   admission=admission, new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
-        runs[admission] = (llm.generate(ps, params), llm.scheduler.num_retractions)
+        runs[admission] = (llm.generate(ps, params), llm.scheduler.admission.num_retractions)
         assert_clean(llm)
     (calm, zero), (tight, retractions) = runs["conservative"], runs["optimistic"]
     assert zero == 0 and retractions > 0, f"retractions: {zero} in the large pool, {retractions} in the tight one"

@@ -89,7 +89,7 @@ def test_the_bitmask_returns_new_logits_and_leaves_its_input_as_it_was():
 
 # --- the scheduler's masks and matchers ------------------------------------------------------------------------------
 
-@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.is_finished")
+@pytest.mark.stubs("GrammarManager.mask", "Scheduler.finish_reason")
 def test_a_batch_mask_has_a_line_per_constrained_sampling_row(llm):
     """Three requests, the middle one free, prefilled together: the first batch's mask covers rows 0 and 2, in
     batch order, each line what a fresh matcher of its grammar allows; batches of free requests carry no mask."""
@@ -106,18 +106,18 @@ def test_a_batch_mask_has_a_line_per_constrained_sampling_row(llm):
         assert rows == [0, 2], f"rows with a grammar, in batch order: {rows}"
         for k, spec in enumerate((specs[0], specs[2])):
             want = allocate_bitmask(1, llm.engine.model_config.vocab_size)
-            sched.grammars.matcher(spec).fill(want, 0)
+            sched.grammar.cache.matcher(spec).fill(want, 0)
             assert torch.equal(bitmask[k], want[0]), f"line {k} is not what the {spec.kind} allows first"
         seen.clear()
         llm.generate([chat_ids(CHAT[1])] * 2, SamplingParams(max_tokens=3))
         assert seen and all(m is None for _, m in seen), "batches without a grammar carry no mask"
     finally:
         sched.on_batch = None
-    assert not sched.constraints, f"finished requests keep no matcher: {list(sched.constraints)}"
+    assert not sched.grammar.matchers, f"finished requests keep no matcher: {list(sched.grammar.matchers)}"
     assert_clean(llm)
 
 
-@pytest.mark.stubs("Scheduler.advance_grammar")
+@pytest.mark.stubs("GrammarManager.advance")
 def test_a_token_outside_the_grammar_is_an_error_naming_it(llm):
     from minisgl.core import Req
     from minisgl.scheduler.utils import PendingReq
@@ -130,17 +130,17 @@ def test_a_token_outside_the_grammar_is_an_error_naming_it(llm):
     try:
         bad = tokenizer(NAME).encode("maybe")[0]
         with pytest.raises(RuntimeError, match=f"request 950: token {bad} is outside its grammar"):
-            sched.advance_grammar(req, bad)
-        sched.advance_grammar(req, tokenizer(NAME).encode("yes")[0])  # allowed: no error
+            sched.grammar.advance(req, bad)
+        sched.grammar.advance(req, tokenizer(NAME).encode("yes")[0])  # allowed: no error
     finally:
         assert sched.abort_request(950), "the request was waiting"
-    assert 950 not in sched.constraints, "an aborted request keeps no matcher"
+    assert 950 not in sched.grammar.matchers, "an aborted request keeps no matcher"
     assert_clean(llm)
 
 
-@pytest.mark.stubs("Scheduler.is_finished")
+@pytest.mark.stubs("Scheduler.finish_reason")
 def test_the_finish_rule_ends_a_request_once_its_matcher_accepted_the_stop_token(llm):
-    """is_finished on requests whose matcher is walked by hand under the regex (yes|no): not finished while the
+    """finish_reason on requests whose matcher is walked by hand under the regex (yes|no): not finished while the
     grammar is part-way or complete but its stop token not yet accepted; finished once the matcher has accepted EOS,
     with ignore_eos too (then only the grammar can end it). A request without a grammar keeps chapter 24's rule."""
     from minisgl.core import Req
@@ -155,25 +155,72 @@ def test_the_finish_rule_ends_a_request_once_its_matcher_accepted_the_stop_token
         for uid, ignore_eos in ((970, False), (971, True)):
             params = SamplingParams(max_tokens=8, regex="(yes|no)", ignore_eos=ignore_eos)
             sched.add_request(PendingReq(uid, ids, params))  # waiting: its matcher exists
-            req, matcher = Req(ids, 0, 0, 8, uid, params), sched.constraints[uid]
+            req, matcher = Req(ids, 0, 0, 8, uid, params), sched.grammar.matchers[uid]
             for token in yes:
                 assert matcher.accept(token), f"the fixture: (yes|no) accepts the tokens of 'yes' ({yes})"
-                assert not sched.is_finished(req, token), \
+                assert sched.finish_reason(req, token) is None, \
                     f"request {uid}: after token {token} the grammar has not accepted its stop token: not finished"
             assert matcher.accept(eos) and matcher.finished, "the fixture: after 'yes' the grammar takes EOS and ends"
-            assert sched.is_finished(req, eos), (
+            assert sched.finish_reason(req, eos) == "stop", (
                 f"request {uid} (ignore_eos={ignore_eos}): its matcher accepted the grammar's stop token, so the "
-                "request has finished" + (": with ignore_eos the EOS ends nothing, the complete grammar must" if
-                                         ignore_eos else ""))
+                "request has finished with \"stop\"" +
+                (": with ignore_eos the EOS ends nothing, the complete grammar must" if ignore_eos else ""))
     finally:
         for uid in (970, 971):
             sched.abort_request(uid)
     free = SamplingParams(max_tokens=8)
-    assert sched.is_finished(Req(ids, 0, 0, 8, 972, free), eos), "a free request still ends at EOS"
-    assert not sched.is_finished(Req(ids, 0, 0, 8, 973, SamplingParams(max_tokens=8, ignore_eos=True)), eos), \
+    assert sched.finish_reason(Req(ids, 0, 0, 8, 972, free), eos) == "stop", "a free request still ends at EOS"
+    assert sched.finish_reason(Req(ids, 0, 0, 8, 973, SamplingParams(max_tokens=8, ignore_eos=True)), eos) is None, \
         "a free request with ignore_eos does not end at EOS"
-    assert not sched.constraints, "aborted requests keep no matcher"
+    assert not sched.grammar.matchers, "aborted requests keep no matcher"
     assert_clean(llm)
+
+
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance", "Scheduler.finish_reason")
+def test_a_request_its_grammar_ended_finishes_with_stop_even_with_ignore_eos():
+    """A constrained request with ignore_eos ends when its grammar is complete, long before max_tokens: the scheduler
+    says "stop" (as SGLang and OpenAI do), not "length", in LLM.generate's answer and in the last message its I/O loop
+    sends (in process). A free request with ignore_eos runs to max_tokens: "length"."""
+    from minisgl.message import DetokenizeMsg, UserMsg
+    from minisgl.scheduler.io import SchedulerIO
+
+    class Inbox:
+        def __init__(self, items):
+            self.items = items
+
+        def get(self, timeout=None):
+            return self.items.pop(0) if self.items else None
+
+    class Outbox:
+        def __init__(self):
+            self.sent = []
+
+        def put(self, msg):
+            self.sent.extend(getattr(msg, "data", [msg]))
+
+    ids = chat_ids(CHAT[1])
+    grammar = SamplingParams(max_tokens=16, regex="(yes|no)", ignore_eos=True)
+    free = SamplingParams(max_tokens=3, ignore_eos=True)
+    fresh = LLM(model_path(NAME), max_running_reqs=4, max_seq_len=256, num_pages=1024, overlap=False)
+    outs = fresh.generate([ids, ids], [grammar, free])
+    assert len(outs[0]["token_ids"]) < 16, f"the fixture: the grammar ends the request early, {outs[0]}"
+    got = [(o["finish_reason"], len(o["token_ids"])) for o in outs]
+    assert got[0][0] == "stop" and got[1] == ("length", 3), \
+        f"LLM.generate: (finish_reason, tokens) {got}, expected ('stop', <16) for the grammar, ('length', 3) free"
+
+    prompt = torch.tensor(ids, dtype=torch.int32)
+    outbox = Outbox()
+    io = SchedulerIO(fresh.scheduler, Inbox([UserMsg(980, prompt, grammar), UserMsg(981, prompt, free)]), outbox)
+    io.run_forever(alive=lambda: False)
+    tokens = [m for m in outbox.sent if isinstance(m, DetokenizeMsg)]
+    for uid, out, reason in ((980, outs[0], "stop"), (981, outs[1], "length")):
+        mine = [m for m in tokens if m.uid == uid]
+        assert [m.next_token for m in mine] == out["token_ids"], f"request {uid}: the I/O loop sent other tokens"
+        last = mine[-1]
+        assert last.finished and last.finish_reason == reason, \
+            f"request {uid}: the last message says finished={last.finished}, finish_reason={last.finish_reason!r}; " \
+            f"expected {reason!r}"
+    assert_clean(fresh)
 
 
 # --- whole runs -------------------------------------------------------------------------------------------------
@@ -199,8 +246,8 @@ def _hf_constrained(ids: list[int], spec: GrammarSpec, n: int, name: str) -> lis
     return out[0, len(ids):].tolist()
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_a_batch_of_schemas_and_free_rows(overlap):
     """Three schemas and two free rows in one batch: each constrained answer parses, validates against its schema
@@ -226,12 +273,12 @@ def test_a_batch_of_schemas_and_free_rows(overlap):
     for i in (3, 4):
         want = hf_greedy(NAME, ids[i], 16, stop_at_eos=True)
         assert outs[i]["token_ids"] == want, f"free request {i} differs from HF greedy"
-    assert not llm.scheduler.constraints, "finished requests keep no matcher"
+    assert not llm.scheduler.grammar.matchers, "finished requests keep no matcher"
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
     """Chunked prefill (16 tokens a step) with mixed batches (chapter 21): a long constrained prompt is prefilled
     in chunks while two constrained requests decode in the same batches. A chunk samples nothing and gets no mask
@@ -244,7 +291,7 @@ def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
     schemas = [SCHEMAS[2], SCHEMAS[1], SCHEMAS[0]]
     mixed = []
     llm.scheduler.on_batch = lambda b: mixed.append(
-        b.phase == "mixed" and any(not r.samples for r in b.reqs) and sum(r.uid in llm.scheduler.constraints
+        b.phase == "mixed" and any(not r.samples for r in b.reqs) and sum(r.uid in llm.scheduler.grammar.matchers
                                                                           for r in b.reqs if r.samples) > 0)
     outs = llm.generate(ids, [json_params(s, 40) for s in schemas])
     assert any(mixed), "no batch mixed a prompt chunk with constrained decode rows: the test lost its point"
@@ -253,12 +300,12 @@ def test_a_chunked_constrained_prompt_beside_constrained_decode_rows():
         want = hf_constrained(ids[i], GrammarSpec("json_schema", json.dumps(schema)), 40)
         assert outs[i]["token_ids"] == want, \
             f"request {i}: {tok.decode(outs[i]['token_ids'])!r} vs HF with xgrammar {tok.decode(want)!r}"
-    assert not llm.scheduler.constraints
+    assert not llm.scheduler.grammar.matchers
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     """The request ends as soon as its grammar is complete, long before max_tokens; the text matches."""
     regex = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d)"
@@ -272,8 +319,8 @@ def test_a_regex_and_an_ebnf_grammar_end_the_request_when_complete(llm):
     assert_clean(llm)
 
 
-@pytest.mark.stubs("Scheduler.is_finished", "apply_token_bitmask", "Scheduler.grammar_mask",
-                   "Scheduler.advance_grammar")
+@pytest.mark.stubs("Scheduler.finish_reason", "apply_token_bitmask", "GrammarManager.mask",
+                   "GrammarManager.advance")
 def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
     """With ignore_eos an EOS does not end a request, and EOS is what a complete grammar's matcher accepts last, so
     only the finish rule's second half can end these: once the matcher has accepted the grammar's stop token it
@@ -300,12 +347,12 @@ def test_a_complete_grammar_ends_the_request_even_with_ignore_eos(llm):
         assert got == want, (f"request {i} ({spec.kind}, ignore_eos): {len(got)} tokens {tok.decode(got)!r}, HF with "
                              f"xgrammar {len(want)} tokens {tok.decode(want)!r}: a complete grammar ends the request")
     assert len(outs[3]["token_ids"]) == 12, "a free request with ignore_eos runs to its max_tokens"
-    assert not llm.scheduler.constraints, "finished requests keep no matcher"
+    assert not llm.scheduler.grammar.matchers, "finished requests keep no matcher"
     assert_clean(llm)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 def test_a_constrained_request_gets_the_models_logprobs_not_the_masked_ones(llm):
     """logprobs (chapter 24) are the model's log_softmax, before any edit: under a grammar too. A mask written into
     the logits in place would give the log-probabilities of the masked distribution instead (only the allowed
@@ -339,7 +386,7 @@ def test_a_grammar_that_does_not_compile_is_refused_before_anything_runs(llm, fi
     with pytest.raises(ValueError, match=match):
         llm.generate([chat_ids(CHAT[0]), chat_ids(CHAT[1])],
                      [SamplingParams(max_tokens=4), SamplingParams(max_tokens=4, **{field: value})])
-    assert llm.scheduler.idle and not llm.scheduler.constraints and llm.scheduler.engine.num_pages == before
+    assert llm.scheduler.idle and not llm.scheduler.grammar.matchers and llm.scheduler.engine.num_pages == before
     assert_clean(llm)
 
 
@@ -353,7 +400,7 @@ def test_bad_grammar_settings_are_a_value_error(kwargs, match):
         SamplingParams(**kwargs)
 
 
-@pytest.mark.stubs("Scheduler.grammar_mask", "Scheduler.advance_grammar", "Scheduler.is_finished")
+@pytest.mark.stubs("GrammarManager.mask", "GrammarManager.advance", "Scheduler.finish_reason")
 def test_an_abort_mid_grammar_frees_the_request_and_its_matcher(llm):
     from minisgl.scheduler.utils import PendingReq
 
@@ -363,9 +410,9 @@ def test_an_abort_mid_grammar_frees_the_request_and_its_matcher(llm):
     sched.add_request(PendingReq(961, ids, SamplingParams(max_tokens=8)))
     for _ in range(4):  # the prefill, then three decode steps: the grammar is part-way
         sched.step()
-    assert 960 in sched.constraints and not sched.constraints[960].finished
+    assert 960 in sched.grammar.matchers and not sched.grammar.matchers[960].finished
     assert sched.abort_request(960), "the constrained request was running"
-    assert 960 not in sched.constraints, "an aborted request keeps no matcher"
+    assert 960 not in sched.grammar.matchers, "an aborted request keeps no matcher"
     sched.run_until_idle()
     assert 961 in sched.finished and 960 not in sched.finished
     sched.finished.clear()
@@ -385,8 +432,8 @@ def client():
         yield OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 def test_the_openai_client_gets_json_that_follows_its_schema(client):
     import jsonschema
 
@@ -419,8 +466,8 @@ def test_a_schema_that_does_not_compile_is_a_400_naming_response_format(client):
     assert r.choices[0].text, "the server answers after the bad requests"
 
 
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
     """Optimistic admission on a pool too small for six JSON answers at once: requests are retracted and
     recomputed, each keeps its matcher (by uid, with the tokens it accepted), and the answers equal those of a pool
@@ -434,8 +481,8 @@ def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
     for pool, admission in ((4096, "conservative"), (150, "optimistic")):
         llm = LLM(model_path(NAME), max_running_reqs=8, max_seq_len=128, num_pages=pool, overlap=False,
                   admission=admission, new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
-        runs[admission] = ([o["token_ids"] for o in llm.generate(ids, params)], llm.scheduler.num_retractions)
-        assert not llm.scheduler.constraints
+        runs[admission] = ([o["token_ids"] for o in llm.generate(ids, params)], llm.scheduler.admission.num_retractions)
+        assert not llm.scheduler.grammar.matchers
         assert_clean(llm)
     (calm, zero), (tight, retractions) = runs["conservative"], runs["optimistic"]
     assert zero == 0 and retractions > 0, f"retractions: {zero} in the large pool, {retractions} in the tight one"
@@ -446,8 +493,8 @@ def test_constrained_requests_come_back_from_a_retraction_with_their_grammar():
 # --- the GPU ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.stubs("apply_token_bitmask", "Scheduler.grammar_mask", "Scheduler.advance_grammar",
-                   "Scheduler.is_finished")
+@pytest.mark.stubs("apply_token_bitmask", "GrammarManager.mask", "GrammarManager.advance",
+                   "Scheduler.finish_reason")
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_grammars_on_the_gpu_with_cuda_graphs(overlap):
     """On CUDA in float32, with CUDA graphs up to batch 8 and overlap on or off: a JSON schema row, a regex row and
@@ -471,5 +518,5 @@ def test_grammars_on_the_gpu_with_cuda_graphs(overlap):
             f"GPU request {i} ({spec.kind}): {tok.decode(outs[i]['token_ids'])!r} vs HF {tok.decode(want)!r}"
     for i in (2, 3):
         assert outs[i]["token_ids"] == hf_greedy(name, ids[i], n), f"free GPU request {i} differs from HF greedy"
-    assert not llm.scheduler.constraints, "finished requests keep no matcher"
+    assert not llm.scheduler.grammar.matchers, "finished requests keep no matcher"
     assert_clean(llm)

@@ -18,13 +18,15 @@ import torch
 from helpers import TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.utils import PendingReq
 from minisgl.spec import Proposer, SpecConfig, accept_greedy, accept_rejection, ngram_lookup
 
 NAME = "tiny-qwen3"
 DRAFT = "tiny-qwen3-draft"
 N = 24  # tokens per answer in the greedy runs
-RUN_STUBS = ("Scheduler.draft_lengths", "Engine.complete_verify", "CacheManager.free_rejected", "Scheduler.record_run",
+RUN_STUBS = ("Speculation.draft_lengths", "Engine.complete_verify", "CacheManager.free_rejected",
+             "Scheduler.record_run",
              "accept_greedy")
 
 
@@ -73,6 +75,11 @@ def ngram_oracle(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]
             return tokens[max(starts) + n:max(starts) + n + k]
     return []
 
+
+
+def one_in_three(uid: int, pos: int) -> bool:
+    """Whether a scripted draft at (request, position) is right: a fixed third of them, the same in every run."""
+    return random.Random(uid * 1000 + pos).random() < 1 / 3
 
 @pytest.mark.stubs("ngram_lookup")
 def test_ngram_lookup_finds_the_latest_earlier_occurrence_of_the_longest_suffix():
@@ -247,7 +254,7 @@ def test_free_rejected_keeps_the_whole_pages_of_the_kept_positions(page_size):
 
 # --- which rows speculate, and how far ------------------------------------------------------------------------------
 
-@pytest.mark.stubs("Scheduler.draft_lengths")
+@pytest.mark.stubs("Speculation.draft_lengths")
 def test_draft_lengths_cap_at_what_is_left_and_skip_rows_that_cannot_speculate():
     llm = make_llm(spec("ngram", 3))
     sched = llm.scheduler
@@ -258,14 +265,11 @@ def test_draft_lengths_cap_at_what_is_left_and_skip_rows_that_cannot_speculate()
              (dict(temperature=0.8, seed=7), 50, 0), (dict(frequency_penalty=0.5), 50, 0)]
     reqs = [Req(torch.arange(1, 6, dtype=torch.int32), i, 4, left, 100 + i, SamplingParams(max_tokens=left, **kw))
             for i, (kw, left, _) in enumerate(cases)]
-    got = sched.draft_lengths(reqs)
+    got = sched.speculation.draft_lengths(reqs, set())
     for (kw, left, want), k in zip(cases, got):
         assert k == want, f"a request with {kw or 'no settings'} and {left} tokens left may take {want} drafts, got {k}"
-    sched.constraints[100] = object()  # a grammar (chapter 25): its next mask needs each token first
-    try:
-        assert sched.draft_lengths(reqs[:1]) == [0], "a request with a grammar speculates not"
-    finally:
-        sched.constraints.clear()
+    # a grammar (chapter 25): its next mask needs each token first
+    assert sched.speculation.draft_lengths(reqs[:1], {100}) == [0], "a request with a grammar speculates not"
 
 
 # --- after the verify pass: the requests' state, the host's tokens, the draft's KV ------------------------------------
@@ -307,14 +311,14 @@ def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_
     sched.on_token = lambda req, token: seen.append((req.uid, token))
     eos = llm.engine.model_config.eos_token_ids[0]
     for uid, (params, run, finished, kept) in enumerate([
-            (SamplingParams(max_tokens=20), [7, 8, 9], False, [7, 8, 9]),  # nothing ends it
-            (SamplingParams(max_tokens=20), [7, eos, 9, 10], True, [7, eos]),  # a stop token inside the run
-            (SamplingParams(max_tokens=20, ignore_eos=True), [7, eos, 9], False, [7, eos, 9]),  # an ordinary token
-            (SamplingParams(max_tokens=2), [7, 8, 9], True, [7, 8])]):  # max_tokens inside the run
+            (SamplingParams(max_tokens=20), [7, 8, 9], None, [7, 8, 9]),  # nothing ends it
+            (SamplingParams(max_tokens=20), [7, eos, 9, 10], "stop", [7, eos]),  # a stop token inside the run
+            (SamplingParams(max_tokens=20, ignore_eos=True), [7, eos, 9], None, [7, eos, 9]),  # an ordinary token
+            (SamplingParams(max_tokens=2), [7, 8, 9], "length", [7, 8])]):  # max_tokens inside the run
         req = Req(torch.tensor([1, 2, 3], dtype=torch.int32), 0, 2, params.max_tokens, uid, params)
         seen.clear()
         got = sched.record_run(req, run, {})
-        assert got == finished, f"request {uid}, run {run}: finished {got}, expected {finished}"
+        assert got == finished, f"request {uid}, run {run}: finish reason {got!r}, expected {finished!r}"
         assert req.output_ids == kept and seen == [(uid, t) for t in kept], \
             f"request {uid}, run {run}: recorded {req.output_ids}, on_token saw {seen}; expected {kept}"
 
@@ -322,7 +326,7 @@ def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_
 @pytest.mark.stubs("DraftProposer.accepted")
 def test_the_draft_keeps_the_kv_of_the_accepted_drafts_it_fed_and_no_more():
     llm = make_llm(spec("draft", 3))
-    proposer = llm.scheduler.proposer
+    proposer = llm.scheduler.speculation.proposer
     req = Req(torch.arange(1, 11, dtype=torch.int32), 2, 9, 20, 7, greedy(20))
     for n, want in [(0, 10), (1, 11), (2, 12), (3, 12)]:  # 10 tokens known, 3 drafts of which 2 were fed
         proposer._proposed[7] = (2, 10, 12)
@@ -351,7 +355,7 @@ def test_greedy_answers_equal_hf_and_the_answers_without_speculation(prompts, re
     got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
     assert_same(got, reference, f"{method}, k={k}, against HF greedy")
     assert_same(got, plain_answers[page_size], f"{method}, k={k}, against the engine without speculation")
-    stats = llm.scheduler.spec_stats
+    stats = llm.scheduler.speculation.stats
     assert stats.verify_steps > 0 and stats.proposed > 0, f"nothing was speculated: {stats}"
     assert "verify" in {phase for phase, _ in llm.scheduler.history}
     assert_clean(llm)
@@ -390,7 +394,7 @@ def test_scripted_drafts_of_every_acceptance_count_keep_pages_exact_step_by_step
     llm = make_llm(spec("ngram", k), page_size, overlap)
     sched = llm.scheduler
     truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
-    sched.proposer = scripted = ScriptedProposer(truth, lambda uid, pos: random.Random(uid * 1000 + pos).random() < 1 / 3)
+    sched.speculation.proposer = scripted = ScriptedProposer(truth, one_in_three)
     for uid, p in enumerate(prompts):
         sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
     sched.run_until_idle(sched.check_integrity)
@@ -398,7 +402,7 @@ def test_scripted_drafts_of_every_acceptance_count_keep_pages_exact_step_by_step
     assert_same(got, reference, "scripted drafts")
     seen = collections.Counter(scripted.counts)
     assert set(seen) == set(range(k + 1)), f"acceptance counts seen {dict(seen)}: the fixture should give all of 0..{k}"
-    assert sched.spec_stats.accepted == sum(scripted.counts), "the stats count what the proposer heard"
+    assert sched.speculation.stats.accepted == sum(scripted.counts), "the stats count what the proposer heard"
     assert_clean(llm)
 
 
@@ -414,7 +418,7 @@ def test_verify_graphs_pad_rows_and_batches_and_leave_the_answers_unchanged(prom
     assert graphs is not None and graphs.sizes == [1, 2, 4], "verify graphs captured for the decode graphs' sizes"
     sched = llm.scheduler
     truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
-    sched.proposer = ScriptedProposer(truth, lambda uid, pos: random.Random(uid * 1000 + pos).random() < 1 / 3)
+    sched.speculation.proposer = ScriptedProposer(truth, one_in_three)
     replayed = []
     replay = graphs.replay
     graphs.replay = lambda batch: replayed.append(batch.size) or replay(batch)
@@ -453,7 +457,7 @@ def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_ther
         want.append(cut[: cut.index(stop) + 1] if stop in cut else cut)
     assert_same(outs, want, "a stop token (or max_tokens) inside an accepted run")
     assert [seen[uid] for uid in range(len(prompts))] == want, "on_token must see each kept token once, in order"
-    stats = llm.scheduler.spec_stats
+    stats = llm.scheduler.speculation.stats
     assert stats.proposed > 0 and stats.accepted == stats.proposed, f"a draft equal to the target: {stats}"
     assert_clean(llm)
 
@@ -464,16 +468,16 @@ def test_the_draft_model_proposes_its_own_greedy_continuation_at_every_step(prom
     keeps only the KV of tokens the target accepted and computes the rest, whatever was accepted before."""
     llm = make_llm(spec("draft", 3), page_size=1)
     proposals = []
-    propose = llm.scheduler.proposer.propose
+    propose = llm.scheduler.speculation.proposer.propose
 
     def recording(reqs, ks):
         drafts = propose(reqs, ks)
         proposals.extend((r.input_ids.tolist(), d) for r, d in zip(reqs, drafts) if d)
         return drafts
 
-    llm.scheduler.proposer.propose = recording
+    llm.scheduler.speculation.proposer.propose = recording
     llm.generate(prompts[:2], greedy(16))
-    assert llm.scheduler.spec_stats.accepted > 0, "the fixture needs some accepted drafts"
+    assert llm.scheduler.speculation.stats.accepted > 0, "the fixture needs some accepted drafts"
     for step, (tokens, drafts) in enumerate(proposals[::3]):
         want = hf_greedy(DRAFT, tokens, len(drafts))
         assert drafts == want, (f"proposal {3 * step} after {len(tokens)} tokens: the draft proposed {drafts}, its "
@@ -535,19 +539,19 @@ def test_optimistic_admission_retracts_and_drafts_take_only_pages_that_exist(pro
 
     llm = make_llm(spec("draft", 4, draft=NAME), page_size=4, num_pages=26, admission="optimistic",
                    new_token_ratio=NewTokenRatio(0.1, 0.1, 1))
-    fit, dropped = llm.scheduler._fit_drafts, []
+    fit, dropped = llm.scheduler.speculation.fit_drafts, []
 
     def counting(reqs, drafts):
         fitted = fit(reqs, drafts)
         dropped.extend(r.uid for r, d, f in zip(reqs, drafts, fitted) if d and not f)
         return fitted
 
-    llm.scheduler._fit_drafts = counting
+    llm.scheduler.speculation.fit_drafts = counting
     got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
     assert_same(got, reference, "optimistic admission on a tight pool")
-    assert llm.scheduler.num_retractions > 0, "the pool should have been too small without retracting"
+    assert llm.scheduler.admission.num_retractions > 0, "the pool should have been too small without retracting"
     assert dropped, "no row's drafts were dropped for lack of pages: the fixture lost its point"
-    assert llm.scheduler.spec_stats.verify_steps > 0
+    assert llm.scheduler.speculation.stats.verify_steps > 0
     assert_clean(llm)
 
 
@@ -559,10 +563,10 @@ def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
     for uid in (0, 1):
         sched.add_request(PendingReq(uid, torch.tensor(prompts[uid], dtype=torch.int32), greedy()))
     last = None
-    while sched.spec_stats.verify_steps < 3:
+    while sched.speculation.stats.verify_steps < 3:
         last = sched.overlap_step(last) if overlap else sched.step()
     assert sched.abort_request(0), "request 0 was running"
-    assert 0 not in sched.proposer.kept, "the draft keeps nothing for an aborted request"
+    assert 0 not in sched.speculation.proposer.kept, "the draft keeps nothing for an aborted request"
     sched.check_integrity()
     if overlap:
         while last is not None or not sched.idle:
@@ -570,7 +574,7 @@ def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
     else:
         sched.run_until_idle()
     assert 0 not in sched.finished and sched.finished.pop(1).output_ids == reference[1]
-    assert not sched.proposer.kept, "finished requests leave nothing in the draft"
+    assert not sched.speculation.proposer.kept, "finished requests leave nothing in the draft"
     assert_clean(llm)
 
 
@@ -622,7 +626,7 @@ def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_token
     samples = 1200
     outs = llm.generate([prompt] * samples, SamplingParams(temperature=TEMPERATURE, top_k=TOP_K, max_tokens=3,
                                                            ignore_eos=True))
-    stats = llm.scheduler.spec_stats
+    stats = llm.scheduler.speculation.stats
     assert stats.proposed >= 0.9 * samples, f"most requests should check a draft for token 2: {stats}"
     cells = sorted(joint)
     pairs = collections.Counter((o["token_ids"][0], o["token_ids"][1]) for o in outs)
@@ -684,7 +688,7 @@ def test_a_draft_whose_kv_regions_do_not_fit_is_refused():
 # --- the server -------------------------------------------------------------------------------------------------
 
 @pytest.mark.stubs("Scheduler.record_run", "Engine.complete_verify", "accept_greedy", "CacheManager.free_rejected",
-                   "Scheduler.draft_lengths")
+                   "Speculation.draft_lengths")
 def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last_finished(prompts, reference):
     """SchedulerIO with the target as its own draft (every draft accepted, several tokens a step): one message per
     token, in order, and only the request's very last one marked finished."""
@@ -704,7 +708,7 @@ def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last
             self.sent.extend(getattr(msg, "data", [msg]))
 
     engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=4, max_seq_len=256, num_pages=1024))
-    sched = Scheduler(engine, overlap=True, speculative=spec("draft", 3, draft=NAME))
+    sched = Scheduler(engine, SchedulerConfig(overlap=True, speculative=spec("draft", 3, draft=NAME)))
     inbox, outbox = Queue(), Queue()
     io = SchedulerIO(sched, inbox, outbox)
     inbox.items += [UserMsg(uid, torch.tensor(p, dtype=torch.int32), greedy(7 + 5 * uid))
@@ -715,13 +719,13 @@ def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last
         assert [m.next_token for m in msgs] == reference[uid][:7 + 5 * uid], f"request {uid}: tokens sent"
         assert [m.finished for m in msgs] == [False] * (len(msgs) - 1) + [True], \
             f"request {uid}: finished flags {[m.finished for m in msgs]}"
-    assert sched.spec_stats.accepted > 0
-    assert io.status()["draft_tokens_accepted"] == sched.spec_stats.accepted
+    assert sched.speculation.stats.accepted > 0
+    assert io.status()["draft_tokens_accepted"] == sched.speculation.stats.accepted
     assert_clean(sched)
 
 
 @pytest.mark.stubs("ngram_lookup", "Scheduler.record_run", "Engine.complete_verify", "accept_greedy",
-                   "CacheManager.free_rejected", "Scheduler.draft_lengths")
+                   "CacheManager.free_rejected", "Speculation.draft_lengths")
 def test_a_server_with_ngram_speculation_answers_as_without(prompts, reference):
     import httpx
 
@@ -766,8 +770,8 @@ def test_the_speculative_flags_reach_the_scheduler():
 
     args = parse_args(["--model", "m", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
                        "--speculative-ngram-max-match-window-size", "4"])
-    assert args.scheduler_args["speculative"] == SpecConfig("ngram", 5, max_n=4)
-    assert "speculative" not in parse_args(["--model", "m"]).scheduler_args, "speculation is off by default"
+    assert args.scheduler_config.speculative == SpecConfig("ngram", 5, max_n=4)
+    assert parse_args(["--model", "m"]).scheduler_config.speculative is None, "speculation is off by default"
 
 
 # --- the GPU ------------------------------------------------------------------------------------------------------
@@ -816,14 +820,14 @@ def test_a_replayed_verify_graph_gives_the_eager_passs_logits(prompts, reference
     sched, engine = llm.scheduler, llm.engine
     truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
     lengths = iter([3, 0, 2, 1] * 1000)
-    sched.proposer = ScriptedProposer(truth, lambda uid, pos: False)
-    propose = sched.proposer.propose
-    sched.proposer.propose = lambda reqs, ks: [d[:next(lengths)] for d in propose(reqs, ks)]
+    sched.speculation.proposer = ScriptedProposer(truth, lambda uid, pos: False)
+    propose = sched.speculation.proposer.propose
+    sched.speculation.proposer.propose = lambda reqs, ks: [d[:next(lengths)] for d in propose(reqs, ks)]
     for uid, p in enumerate(prompts):
         sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
     while sched.prefill_manager.pending:
         sched.step()
-    batch = sched._speculate(sched.decode_manager.schedule_next_batch())
+    batch = sched.speculation.speculate(sched.decode_manager.schedule_next_batch(), set())
     assert batch is not None and batch.is_verify, "the scripted drafts make a verify batch"
     ends = [r.device_len for r in batch.reqs]
     sched.prepare_batch(batch)

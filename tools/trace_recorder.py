@@ -4,15 +4,19 @@ Nothing here runs unless a trace is recorded. `install()` wraps `Scheduler.__ini
 `PrefillAdder.try_add_one` in this process only; every Scheduler made afterwards gets an EngineRecorder that
 listens through what the scheduler and its managers offer anyone:
 
-    scheduler   on_batch / on_token / on_retract (chained: an example that sets its own still gets its calls),
+    scheduler   on_batch / on_token / on_retract, and where the tree has them on_process (a launched batch's
+                results are about to be recorded) and on_release (a request left: finished, aborted, retracted)
+                (chained: an example that sets its own still gets its calls),
                 schedule_next_batch and run_until_idle (when a step is being scheduled, when a run ends),
                 add_request (the requests), prefill_manager.pending and decode_manager.running (the queues)
     engine      forward_batch / forward_verify (timing; the step itself where the tree has no on_batch yet)
     cache       allocate_paged (or chapter 7's allocate_rows), free, cache_req, free_rejected, release_paged
     radix tree  match_prefix, insert_prefix, evict; root (the tree drawn at every step)
-    table       free (a request leaves its row), page_table / host_table (each live request's pages)
+    table       free (a request leaves its row: finished or left, told by on_release where there is one, else
+                inferred from the phase), page_table / host_table (each live request's pages)
     admission   PrefillAdder.try_add_one (who was admitted, resumed, or left waiting, and why)
-    proposer    accepted (how many drafts a verify step kept)
+    proposer    accepted (how many drafts a verify step kept; the scheduler's speculation.proposer)
+    admission   new_token_ratio.current (the scheduler's admission, chapter 23 on)
 
 A step is one batch: the state when it launches (its rows, the queues, every live request's pages, the
 radix tree), the events that scheduled it ("before": admissions, matches, allocations, evictions,
@@ -125,20 +129,25 @@ class EngineRecorder:
         self.tree = getattr(cache, "prefix_cache", None)
         if self.tree is not None and not hasattr(self.tree, "root"):
             self.tree = None  # chapter 9's cache_type="naive": nothing is shared, nothing to draw
-        self.callbacks = {"on_batch": self._on_batch, "on_token": self._on_token, "on_retract": self._on_retract}
+        self.callbacks = {"on_batch": self._on_batch, "on_token": self._on_token, "on_retract": self._on_retract,
+                          "on_process": self._on_process, "on_release": self._on_release}
+        self.step_of: dict[int, int] = {}  # id(batch) -> its step, until its results are processed
+        self.left_rows: dict[int, int] = {}  # uid -> the row it just gave back, until on_release says why
         self.error: str | None = None
         self._attach()
 
     # ------------------------------------------------------------------ attaching
     def _attach(self) -> None:
         s = self.sched
-        names = tuple(n for n in ("on_batch", "on_token", "on_retract") if n in s.__dict__)
+        names = tuple(n for n in self.callbacks if n in s.__dict__)
         user = {n: s.__dict__.pop(n) for n in names}
         s.__dict__["_trace_recorder"] = self
         s.__class__ = _traced_class(type(s), names)
         for n, fn in user.items():
             setattr(s, n, fn)
         self.has_on_batch = "on_batch" in names
+        self.has_on_process = "on_process" in names
+        self.has_on_release = "on_release" in names
         self._wrap(s, "schedule_next_batch", self._around_schedule)
         self._wrap(s, "run_until_idle", self._around_run)
         self._wrap(s, "add_request", self._around_add)
@@ -156,9 +165,15 @@ class EngineRecorder:
             self._wrap(self.tree, "insert_prefix", self._around_insert)
             self._wrap(self.tree, "evict", self._around_evict)
         self._wrap(s.table_manager, "free", self._around_row_free)
-        if getattr(s, "proposer", None) is not None:
-            self._wrap(s.proposer, "accepted", self._around_accepted)
+        proposer = self._proposer()
+        if proposer is not None:
+            self._wrap(proposer, "accepted", self._around_accepted)
         _by_table[id(s.table_manager)] = self
+
+    def _proposer(self):
+        """The proposer of draft tokens (chapter 26: the scheduler's speculation), None without one."""
+        speculation = getattr(self.sched, "speculation", None)
+        return getattr(speculation, "proposer", None)
 
     @staticmethod
     def _wrap(obj, name: str, around) -> None:
@@ -275,7 +290,10 @@ class EngineRecorder:
     def _around_row_free(self, original, row, *args, **kwargs):
         out = original(row, *args, **kwargs)
         uid = self.row_owner.pop(int(row), None)
-        self.event("finish" if self.mode == "proc" else "leave", uid=uid, row=int(row))
+        if self.has_on_release and uid is not None:
+            self.left_rows[uid] = int(row)  # on_release, right after, says whether it finished
+        else:
+            self.event("finish" if self.mode == "proc" else "leave", uid=uid, row=int(row))
         return out
 
     def _around_accepted(self, original, req, n, *args, **kwargs):
@@ -307,6 +325,7 @@ class EngineRecorder:
         step["before"], self.before = self.before, []
         step["after"], step["tokens"] = [], {}
         self.steps.append(step)
+        self.step_of[id(batch)] = k
         self.awaiting[k] = {int(r.uid): batch.phase == "verify" for r in batch.reqs if not _is_chunk(r)}
         for r in batch.reqs:
             self.row_owner[int(r.table_idx)] = int(r.uid)
@@ -332,7 +351,26 @@ class EngineRecorder:
         self.steps[step]["tokens"].setdefault(str(uid), []).append(int(token))
         if not self.awaiting[step][uid]:
             del self.awaiting[step][uid]
-        self.mode, self.proc_step = "proc", step
+        if not self.has_on_process:
+            self.mode, self.proc_step = "proc", step  # inferred: this step's results are being processed
+
+    def _on_process(self, batch) -> None:
+        """The results of a launched batch are about to be recorded: what follows belongs to its step."""
+        step = self.step_of.pop(id(batch), None)
+        if step is not None:
+            self.mode, self.proc_step = "proc", step
+
+    def _on_release(self, req, reason: str) -> None:
+        """A request left: "finished" (its row freed as it finished), "aborted" or "retracted" (it left its row)."""
+        row = self.left_rows.pop(int(req.uid), None)
+        if row is not None:
+            self.event("finish" if reason == "finished" else "leave", uid=int(req.uid), row=row)
+
+    def _flush_left_rows(self) -> None:
+        """Rows given back without an on_release (abort_all when a run fails): the requests left."""
+        for uid, row in self.left_rows.items():
+            self.event("leave", uid=uid, row=row)
+        self.left_rows.clear()
 
     def _on_retract(self, req) -> None:
         uid = int(req.uid)
@@ -350,6 +388,8 @@ class EngineRecorder:
 
     def _end_of_run(self) -> None:
         """The state once the run is over (every result processed), as a step of phase "idle"."""
+        self._flush_left_rows()
+        self.step_of.clear()
         for k, due in self.awaiting.items():
             left = [u for u, verify in due.items() if not verify or str(u) not in self.steps[k]["tokens"]]
             if left:
@@ -391,8 +431,9 @@ class EngineRecorder:
         evictable = int(self.tree.evictable_size) if self.tree is not None else 0
         state = {"waiting": waiting, "running": running, "pages": changed,
                  "free": (int(cache.available_size) - evictable) // self.page_size}
-        if getattr(s, "optimistic", False):  # chapter 23: the share of their remaining need running requests reserve
-            state["ratio"] = round(float(s.new_token_ratio.current), 4)
+        admission = getattr(s, "admission", None)
+        if getattr(admission, "optimistic", False):  # chapter 23: the share of what running requests may still write
+            state["ratio"] = round(float(admission.new_token_ratio.current), 4)
         if self.tree is not None:
             state.update(self._tree_changes())
         return state
@@ -466,19 +507,23 @@ class EngineRecorder:
     def config(self) -> dict:
         s, engine = self.sched, self.sched.engine
         cfg = engine.config
-        spec = getattr(s, "speculative", None)
+        spec = self._setting("speculative", None)
         return {
             "model": Path(str(cfg.model_path)).name,
             "page_size": self.page_size,
             "num_pages": int(getattr(s.cache_manager, "num_pages", getattr(s.cache_manager, "num_slots", 0))),
             "max_running_reqs": int(cfg.max_running_reqs),
-            "max_extend_tokens": int(getattr(s, "max_extend_tokens", 0)),
+            "max_extend_tokens": int(self._setting("max_extend_tokens", 0)),
             "cache_type": str(getattr(cfg, "cache_type", "none")),
-            "overlap": bool(getattr(s, "overlap", False)),
-            "mixed": bool(getattr(s, "enable_mixed_chunk", False)),
-            "admission": str(getattr(s, "admission", "conservative")),
+            "overlap": bool(self._setting("overlap", False)),
+            "mixed": bool(self._setting("enable_mixed_chunk", False)),
+            "admission": str(self._setting("admission", "conservative")),
             "speculative": None if spec is None else f"{spec.method}, k={spec.num_tokens}",
         }
+
+    def _setting(self, name: str, default):
+        """A field of the scheduler's SchedulerConfig; `default` for a chapter that does not have it yet."""
+        return getattr(self.sched.config, name, default)
 
     def to_json(self, vocab: dict[int, str]) -> dict:
         requests = {}
@@ -495,9 +540,9 @@ class EngineRecorder:
             out.append("radix")
         if hasattr(s, "on_retract"):
             out.append("retract")
-        if getattr(s, "proposer", None) is not None:
+        if self._proposer() is not None:
             out.append("spec")
-        if getattr(s, "overlap", False):
+        if self._setting("overlap", False):
             out.append("overlap")
         return out
 

@@ -56,7 +56,7 @@ def parts(llm: LLM, batch: int, tokens: int, repeat: int = 20) -> dict:
     from minisgl.constrained.grammar import GrammarSpec, allocate_bitmask, apply_token_bitmask
 
     vocab, device = llm.engine.model_config.vocab_size, llm.engine.device
-    cache = llm.scheduler.grammars
+    cache = llm.scheduler.grammar.cache
     matchers = [cache.matcher(GrammarSpec("regex", regex(tokens))) for _ in range(batch)]
     logits = torch.randn(batch, vocab, device=device)
     rows = torch.arange(batch, device=device)

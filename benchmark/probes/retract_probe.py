@@ -126,7 +126,7 @@ class Probe:
 
         sched.on_token, sched.on_batch = on_token, on_batch
         sched.on_retract = lambda req: retracted.add(req.uid)
-        before = sched.num_retractions
+        before = sched.admission.num_retractions
         for uid, (ids, _) in zip(uids, workload):
             sched.add_request(PendingReq(uid, torch.tensor(ids, dtype=torch.int32), params))
         sched.run_until_idle(on_step)
@@ -135,7 +135,7 @@ class Probe:
         sched.check_integrity()
         assert all(delivered[u] == natural[u] for u in uids), "a request did not deliver its whole answer"
         for uid in uids:
-            sched.finished.pop(uid, None)  # a request whose natural length is max_tokens finishes by itself
+            sched.take_finished(uid)  # a request whose natural length is max_tokens finishes by itself
 
         traces = clock.ordered(uids)
         lat = [request_latencies(t) for t in traces]
@@ -143,11 +143,11 @@ class Probe:
         tpot = [b for _, b in lat if b is not None]
         ms = lambda x: None if x is None else round(1000 * x, 2)  # noqa: E731
         tokens = sum(t.tokens for t in traces)
-        result = {"admission": admission, "init_ratio": sched.new_token_ratio.init if admission == "optimistic" else None,
+        result = {"admission": admission, "init_ratio": sched.admission.new_token_ratio.init if admission == "optimistic" else None,
                   "output_tokens": tokens, "wall_s": round(wall, 3), "output_tok_s": round(tokens / wall, 1),
                   "cpu_s": round(cpu, 3),  # this process's CPU time: on a shared CPU, steadier than the wall
                   "ttft_p50_ms": ms(percentile(ttft, 50)), "ttft_p99_ms": ms(percentile(ttft, 99)),
-                  "tpot_p50_ms": ms(percentile(tpot, 50)), "retractions": sched.num_retractions - before,
+                  "tpot_p50_ms": ms(percentile(tpot, 50)), "retractions": sched.admission.num_retractions - before,
                   "retracted_requests": len(retracted), **stats, "batches": len(sched.history),
                   "kv_slots": sched.cache_manager.num_slots}
         sched.on_token = sched.on_batch = sched.on_retract = None

@@ -32,7 +32,7 @@ import torch
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.spec import Proposer, SpecConfig
+from minisgl.spec import Proposer, SpecConfig, SpecStats
 from tools.models import ensure_model, model_path_from_env
 
 
@@ -94,14 +94,16 @@ def measure(llm: LLM, prompts, tokens: int, repeat: int, plain: list[list[int]] 
     sched = llm.scheduler
     prefill = statistics.median(one_run(llm, prompts, 1)[0] for _ in range(repeat))
     walls, same = [], True
-    sched.spec_stats.verify_steps = sched.spec_stats.proposed = sched.spec_stats.accepted = 0
+    spec = sched.speculation  # None without speculation: nothing verified
+    if spec is not None:
+        spec.stats = SpecStats()
     for _ in range(repeat):
         wall, outs = one_run(llm, prompts, tokens)
         walls.append(wall)
         same &= plain is None or outs == plain
     steps = sum(phase != "prefill" for phase, _ in sched.history)  # of the last run (generate clears the history)
     forward_ms = forward_times(llm, prompts, tokens) if llm.engine.device.type == "cuda" else {}
-    stats = sched.spec_stats
+    stats = spec.stats if spec is not None else SpecStats()
     rate = len(prompts) * tokens
     return {"tok_s": rate / statistics.median(walls), "tok_s_min": rate / max(walls), "tok_s_max": rate / min(walls),
             "runs": repeat, "steps": steps, "step_ms": 1e3 * (statistics.median(walls) - prefill) / max(steps, 1),
@@ -172,7 +174,7 @@ def main() -> None:
     if "draft" in args.methods:
         draft = args.draft_model or ensure_model("smollm2-draft")
         draft_llm = LLM(path, speculative=SpecConfig("draft", args.k, draft_model_path=draft), **common)
-    ngram = spec_llm.scheduler.proposer if spec_llm is not None else None
+    ngram = spec_llm.scheduler.speculation.proposer if spec_llm is not None else None
     vocab = plain_llm.engine.model_config.vocab_size
     for batch in args.batch:
         prompts = prompts_for(plain_llm, batch, args.prompt_len, real_text)
@@ -182,9 +184,9 @@ def main() -> None:
             for rate in (args.replay_rates if method == "replay" else [None]):
                 llm = {"none": plain_llm, "draft": draft_llm}.get(method, spec_llm)
                 if method == "ngram":
-                    llm.scheduler.proposer = ngram
+                    llm.scheduler.speculation.proposer = ngram
                 elif method == "replay":
-                    llm.scheduler.proposer = ReplayProposer(answers, rate, vocab)
+                    llm.scheduler.speculation.proposer = ReplayProposer(answers, rate, vocab)
                 row = {"batch": batch, "method": method if rate is None else f"replay {rate}",
                        **measure(llm, prompts, args.tokens, args.repeat, plain)}
                 results["runs"].append(row)

@@ -8,6 +8,7 @@ import time
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import AbortMsg, GetStatusMsg, StatusReply, TokenizeMsg, UserReply, unwrap
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.server.launch import Workers
 from tools.models import model_path_from_env
 
@@ -18,7 +19,7 @@ ENGINE = dict(max_running_reqs=4, max_seq_len=256, cpu_kv_cache_mb=32)
 def main() -> int:
     path = model_path_from_env("smollm2")
     started = time.perf_counter()
-    with Workers(path, ENGINE, dict(max_extend_tokens=64)) as workers:
+    with Workers(path, ENGINE, SchedulerConfig(max_extend_tokens=64)) as workers:
         print(f"workers ready in {time.perf_counter() - started:.1f} s: {sorted(workers.processes)}; "
               f"max_seq_len {workers.max_seq_len}, {workers.total_slots} KV slots\n")
         for uid, q in enumerate(QUESTIONS):

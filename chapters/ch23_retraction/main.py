@@ -49,9 +49,9 @@ def run(admission: str) -> dict[int, list[int]]:
     sched.on_retract, sched.on_batch = on_retract, on_batch
     outputs = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))]
     sched.check_integrity()
-    tokens = sum(map(len, outputs))
+    tokens, retractions = sum(map(len, outputs)), sched.admission.num_retractions
     print(f"admission={admission}: {len(sched.history)} batches, at most {widest[0]} requests decoding at once, "
-          f"{sched.num_retractions} retraction{'' if sched.num_retractions == 1 else 's'}, {tokens} tokens")
+          f"{retractions} retraction{'' if retractions == 1 else 's'}, {tokens} tokens")
     print("\n".join(events[:8]) + ("\n  ..." if len(events) > 8 else ""))
     return outputs
 

@@ -33,8 +33,8 @@ for name, spec in RUNS.items():
     passes = [sum(uid in uids for _, uids in llm.scheduler.history) for uid in range(len(prompts))]
     print(f"== {name} ({seconds:.1f} s): " + ", ".join(
         f"request {i}: {len(ids)} tokens in {n} forward passes" for i, (ids, n) in enumerate(zip(answers[name], passes))))
-    stats = llm.scheduler.spec_stats
     if spec is not None:
+        stats = llm.scheduler.speculation.stats
         print(f"   {stats.verify_steps} verify steps: {stats.proposed} draft tokens proposed, {stats.accepted} "
               f"accepted ({stats.acceptance_rate:.0%})")
         same = answers[name] == answers["no speculation"]

@@ -107,7 +107,7 @@ def test_a_timeout_is_not_blamed_on_the_stub_it_was_stopped_in():
 def _chapter_23(server_error: str = "a burst of 8 on 100 slots retracts (optimistic admission): {...}") -> list[dict]:
     """Chapter 23's report on a learner's correct tree on a loaded machine: every test passes but the server test,
     which ran five of the six stubs in its own process before it failed."""
-    run = ["DecodeManager.reserved_slots", "pick_victim", "Scheduler._make_room", "Scheduler._retract",
+    run = ["DecodeManager.reserved_slots", "pick_victim", "Admission.make_room", "Scheduler.retract",
            "NewTokenRatio.after_retraction"]
     records = [_record("ratio", "passed", ["NewTokenRatio.after_retraction"]),
                _record("reserve", "passed", ["DecodeManager.reserved_slots"]),
@@ -119,7 +119,7 @@ def _chapter_23(server_error: str = "a burst of 8 on 100 slots retracts (optimis
 
 
 CH23_STUBS = ["NewTokenRatio.after_retraction", "DecodeManager.reserved_slots", "pick_victim",
-              "CacheManager.held_pages", "Scheduler._make_room", "Scheduler._retract"]
+              "CacheManager.held_pages", "Admission.make_room", "Scheduler.retract"]
 
 
 def test_a_correct_stub_is_never_failing_because_of_an_unrelated_failure():
@@ -141,7 +141,7 @@ def test_a_real_bug_in_a_stub_is_still_blamed(monkeypatch, capsys):
     wrong = dict(error="AssertionError", message="pick_victim chose request 2, want request 5")
     records[2].update(outcome="failed", **wrong)
     records[4].update(outcome="failed", **wrong)
-    records[5].update(outcome="failed", frames=["Scheduler._make_room", "pick_victim"], error="IndexError",
+    records[5].update(outcome="failed", frames=["Admission.make_room", "pick_victim"], error="IndexError",
                       message="list index out of range")
     blamed = course.blame(records, CH23_STUBS)
     assert blamed == {"victim": ["pick_victim"], "retract[0]": ["pick_victim"], "retract[1]": ["pick_victim"],
@@ -151,7 +151,7 @@ def test_a_real_bug_in_a_stub_is_still_blamed(monkeypatch, capsys):
     assert rows["pick_victim"] == "failing" and rows["CacheManager.held_pages"] == "done", rows
     code, out = _check_output(monkeypatch, capsys, 1, records, stubs=CH23_STUBS)
     assert code == 1 and "unattributed failure: server: AssertionError: request 3: the server answered" in out, out
-    assert "it ran DecodeManager.reserved_slots, pick_victim, Scheduler._make_room" in out, out
+    assert "it ran DecodeManager.reserved_slots, pick_victim, Admission.make_room" in out, out
 
 
 def test_check_names_an_unattributed_failure_and_blames_no_stub(monkeypatch, capsys):

@@ -6,7 +6,7 @@ import math
 import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal, NamedTuple
 
 import torch
 
@@ -158,6 +158,8 @@ class Req:
         self._host_np = None
         self._host_view: torch.Tensor | None = None
         self._host_len = 0
+        self.finish_reason: str | None = None  # why it ended ("stop", "length"), set by the scheduler (chapter 11)
+        self.logprobs: list[TokenLogprob] | None = None  # chapter 24: set when it finishes, if it asked
         if not 0 <= self.cached_len < self.device_len:
             raise ValueError(f"cached_len {self.cached_len} must be in [0, {self.device_len})")
 
@@ -213,6 +215,32 @@ class Req:
 
 
 @dataclass
+class Logprobs:
+    """Chapter 24: log-probabilities of a batch's logprob rows (tensors, on the device or the CPU): of the token
+    each picked [R], and of the top_logprobs most likely tokens [R, k], best first (a row that asked for fewer
+    reads its first entries)."""
+
+    chosen: torch.Tensor
+    top_ids: torch.Tensor
+    top_values: torch.Tensor
+
+
+class BatchLogprobs(NamedTuple):
+    """Chapter 24: what the sampler gathered for a batch: the requests that asked, in batch order, and their
+    Logprobs (row i is reqs[i])."""
+
+    reqs: list[Req]
+    values: Logprobs
+
+
+class TokenLogprob(NamedTuple):
+    """Chapter 24: one output token's log-probability and its top_logprobs (token id, logprob) pairs, best first."""
+
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+@dataclass
 class Batch:
     """Requests that go through one forward pass together.
 
@@ -230,7 +258,7 @@ class Batch:
     out_loc: torch.Tensor | None = None  # KV-cache slot of every new token
     attn_metadata: Any = None
     num_prefill: int | None = None  # how many leading requests compute prompt tokens (given for a mixed batch)
-    logprobs: Any = None  # chapter 24: (requests, their engine.sample.Logprobs), set when the batch is sampled
+    logprobs: BatchLogprobs | None = None  # chapter 24: set when the batch is sampled, if a request asked
 
     def __post_init__(self) -> None:
         if self.phase not in ("prefill", "decode", "mixed"):

@@ -99,6 +99,7 @@ class Req:
         self._host_np = None
         self._host_view: torch.Tensor | None = None
         self._host_len = 0
+        self.finish_reason: str | None = None  # why it ended ("stop", "length"), set by the scheduler (chapter 11)
         if not 0 <= self.cached_len < self.device_len:
             raise ValueError(f"cached_len {self.cached_len} must be in [0, {self.device_len})")
 

@@ -19,6 +19,7 @@ from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
 from minisgl.kvcache.naive_cache import NaiveCacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import PrefillManager
 from minisgl.scheduler.table import TableManager
@@ -26,14 +27,14 @@ from minisgl.scheduler.utils import PendingReq
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = NaiveCacheManager(engine.kv_cache.num_slots, engine.device)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager()
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -44,9 +45,9 @@ class Scheduler:
         if pending.slots_needed > self.engine.kv_cache.num_slots:
             raise ValueError(f"request {pending.uid} needs {pending.slots_needed} KV slots but the whole pool has "
                              f"{self.engine.kv_cache.num_slots}")
-        if len(pending.input_ids) > self.max_extend_tokens:
+        if len(pending.input_ids) > self.config.max_extend_tokens:
             raise ValueError(f"prompt of {len(pending.input_ids)} tokens exceeds max_extend_tokens "
-                             f"{self.max_extend_tokens} (chunked prefill arrives in chapter 10)")
+                             f"{self.config.max_extend_tokens} (chunked prefill arrives in chapter 10)")
 
     def add_request(self, pending: PendingReq) -> None:
         self.check_request(pending)
@@ -97,6 +98,10 @@ class Scheduler:
         except BaseException:
             self.cache_manager.release_rows(batch.reqs, ends, self.table_manager.page_table)
             raise
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_all(self) -> None:
         """Drop every request, waiting or admitted, freeing what it holds, and forget results nobody collected.

@@ -15,6 +15,7 @@ from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import PrefillManager
 from minisgl.scheduler.table import TableManager
@@ -22,16 +23,16 @@ from minisgl.scheduler.utils import PendingReq
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -45,9 +46,9 @@ class Scheduler:
         if need > cache.num_slots:
             raise ValueError(f"request {pending.uid} needs {need} KV slots (whole pages of {cache.page_size}) but "
                              f"the whole pool has {cache.num_slots}")
-        if len(pending.input_ids) > self.max_extend_tokens:
+        if len(pending.input_ids) > self.config.max_extend_tokens:
             raise ValueError(f"prompt of {len(pending.input_ids)} tokens exceeds max_extend_tokens "
-                             f"{self.max_extend_tokens} (chunked prefill arrives in chapter 10)")
+                             f"{self.config.max_extend_tokens} (chunked prefill arrives in chapter 10)")
 
     def add_request(self, pending: PendingReq) -> None:
         self.check_request(pending)
@@ -111,6 +112,10 @@ class Scheduler:
         except BaseException:
             self.cache_manager.release_paged(batch.reqs, ends)
             raise
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_all(self) -> None:
         """Drop every request, waiting or admitted, freeing what it holds, and forget results nobody collected.

@@ -15,6 +15,7 @@ from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
 from minisgl.scheduler.table import TableManager
@@ -22,18 +23,16 @@ from minisgl.scheduler.utils import PendingReq
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192) -> None:
-        if max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
@@ -97,6 +96,10 @@ class Scheduler:
                 self.cache_manager.cache_req(req, finished=False)  # its prompt becomes shareable right away
                 joined.append(req)
         self.decode_manager.add(joined)
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the

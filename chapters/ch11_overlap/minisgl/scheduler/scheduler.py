@@ -22,8 +22,8 @@ import torch
 from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
-from minisgl.env import ENV
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
 from minisgl.scheduler.table import TableManager
@@ -39,23 +39,20 @@ class ForwardData(NamedTuple):
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None) -> None:
-        if max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
-        self.overlap = not ENV.DISABLE_OVERLAP_SCHEDULING if overlap is None else overlap
         self._freed: set[int] = set()  # requests freed since their last batch was launched: skip their results
         # On a GPU the loop's device work goes to one stream of its own, in order: admission writes, forward
         # passes, and the copies of sampled tokens to the CPU, which the CPU waits for only when it needs them.
@@ -85,12 +82,13 @@ class Scheduler:
         batch = self.prefill_manager.schedule_next_batch(reserved)
         return batch if batch is not None else self.decode_manager.schedule_next_batch()
 
-    def is_finished(self, req: Req, token: int) -> bool:
-        """Judged on the host copy of the sequence, whose last token is `token` (with overlap, the device side is
-        a batch ahead). Plain ints: this runs for every request at every step."""
-        eos = self.engine.model_config.eos_token_ids
-        hit_eos = not req.sampling_params.ignore_eos and token in eos
-        return req.input_ids.shape[0] >= req.max_device_len or hit_eos
+    def finish_reason(self, req: Req, token: int) -> str | None:
+        """Why the request ends with `token`, the last token of its host copy (with overlap, the device side is a
+        batch ahead): "stop" for an EOS it does not ignore, "length" when it reached max_tokens (or the context);
+        None while it goes on. Plain ints: this runs for every request at every step."""
+        if token in self.engine.model_config.eos_token_ids and not req.sampling_params.ignore_eos:
+            return "stop"
+        return "length" if req.input_ids.shape[0] >= req.max_device_len else None
 
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
@@ -108,11 +106,16 @@ class Scheduler:
         """Record each request's new token; finished requests leave and free everything they hold."""
         # TODO(ch11): skip chunks, and requests in self._freed: with overlap, a request that finished (or was
         # aborted) can sit in the batch launched before that was known; its extra token is not recorded and
-        # it is not freed twice. Append the token (on_token too); a finished request leaves the decode set if
-        # it is there, is freed and stored in self.finished; an unfinished one of a prefill batch hands its
-        # prompt to the prefix cache. Afterwards self._freed holds the requests freed while processing (those
-        # that finished here, and any that on_token aborted: abort_request adds them to self._freed).
+        # it is not freed twice. Append the token (on_token too); a finished request (finish_reason is not None)
+        # keeps its reason in req.finish_reason, leaves the decode set if it is there, is freed and stored in
+        # self.finished; an unfinished one of a prefill batch hands its prompt to the prefix cache. Afterwards
+        # self._freed holds the requests freed while processing (those that finished here, and any that on_token
+        # aborted: abort_request adds them to self._freed).
         raise NotImplementedError("TODO(ch11): Scheduler._process_last_data")
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
@@ -195,6 +198,12 @@ class Scheduler:
         # TODO(ch11): schedule and launch the next batch (if any) first, then process last; return the new one.
         raise NotImplementedError("TODO(ch11): Scheduler.overlap_step")
 
+    def status(self) -> dict[str, int]:
+        """The scheduler's counters (the server's /health): its queues and its KV pool."""
+        cache = self.cache_manager
+        return {"waiting": len(self.prefill_manager.pending), "running": len(self.decode_manager.running),
+                "available_slots": cache.available_size, "total_slots": cache.num_slots}
+
     def check_integrity(self) -> None:
         """When nothing runs: every table row is free and every KV page free or cached exactly once."""
         self.table_manager.check_integrity()
@@ -217,7 +226,7 @@ class Scheduler:
 
     def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-        if not self.overlap:
+        if not self.config.overlap:
             while not self.idle:
                 if self.step() is None:
                     raise stuck

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from minisgl.distributed import get_tp_info
 from minisgl.engine import Engine, EngineConfig
 from minisgl.env import ENV
 from minisgl.llm.tp import TPGroup, check_tp_config
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
 
@@ -21,17 +23,17 @@ Prompt = str | Sequence[int]
 
 
 class LLM:
-    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments go to EngineConfig,
-    except max_extend_tokens (the prefill token budget of one batch) and overlap (overlap scheduling; default:
-    on unless MINISGL_DISABLE_OVERLAP_SCHEDULING is set), which go to the scheduler, and tp_size.
+    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments that name a field of
+    SchedulerConfig (max_extend_tokens, overlap, ...) go to the scheduler, the others to EngineConfig, except
+    tp_size. scheduler_config gives the scheduler's settings whole instead.
 
     tp_size > 1 (chapter 16) runs one process per rank, each with its own engine and scheduler on a slice of
     the model; this object then only tokenizes, hands the work to rank 0 and decodes (engine and scheduler
     are None here). A bad tp_size is a ValueError before any process starts; call shutdown() when done.
     """
 
-    def __init__(self, model_path: str | Path, max_extend_tokens: int = 8192, overlap: bool | None = None,
-                 tp_size: int = 1, **config) -> None:
+    def __init__(self, model_path: str | Path, tp_size: int = 1, scheduler_config: SchedulerConfig | None = None,
+                 **kwargs) -> None:
         self.model_path = model_path
         self.tp_size = tp_size
         self.engine: Engine | None = None
@@ -39,14 +41,15 @@ class LLM:
         self._group: TPGroup | None = None
         self._tokenizer = None
         self._next_uid = 0
-        engine_config = EngineConfig(model_path, **config)
+        config = make_scheduler_config(kwargs, scheduler_config)  # checked before any engine or process
+        engine_config = EngineConfig(model_path, **kwargs)
         check_tp_config(tp_size, engine_config)
-        if tp_size > 1:
-            rank_args = dict(max_extend_tokens=max_extend_tokens, overlap=overlap, **config)
+        if tp_size > 1:  # every rank gets the same settings
+            rank_args = dict(kwargs, scheduler_config=config)
             self._group = TPGroup(tp_size, type(self), model_path, rank_args, engine_config.device)
             return
         self.engine = Engine(engine_config)
-        self.scheduler = Scheduler(self.engine, max_extend_tokens, overlap)
+        self.scheduler = Scheduler(self.engine, config)
 
     @property
     def tokenizer(self):
@@ -130,4 +133,18 @@ class LLM:
         quiet = ENV.QUIET or not get_tp_info().is_primary  # one progress bar, not one per rank
         with tqdm(total=len(pending), desc="generate", disable=quiet) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        return [self.scheduler.finished.pop(p.uid).output_ids for p in pending]
+        return [self.scheduler.take_finished(p.uid).output_ids for p in pending]
+
+
+def make_scheduler_config(kwargs: dict, given: SchedulerConfig | None = None) -> SchedulerConfig:
+    """The scheduler's settings: `given`, or the keyword arguments that name a field of SchedulerConfig, taken out
+    of `kwargs` (what is left is EngineConfig's). ValueError if both are given, or for a bad setting."""
+    names = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    mine = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+    if given is None:
+        return SchedulerConfig(**mine)
+    if mine:
+        raise ValueError(f"give the scheduler's settings as scheduler_config or as keywords, not both: {sorted(mine)}")
+    if not isinstance(given, SchedulerConfig):
+        raise ValueError(f"scheduler_config must be a SchedulerConfig, got {type(given).__name__}")
+    return given

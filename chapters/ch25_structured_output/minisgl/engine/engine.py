@@ -14,7 +14,7 @@ import torch
 
 from minisgl.attention import create_attention_backend
 from minisgl.attention.utils import ints_to_device
-from minisgl.core import Batch, Context, SamplingParams
+from minisgl.core import Batch, BatchLogprobs, Context, SamplingParams
 from minisgl.distributed import get_tp_info, min_across_ranks, split_heads
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.graph import GraphRunner, capture_sizes
@@ -100,7 +100,7 @@ class Engine:
     def _sample(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
         """One token per request; a chunk of an unfinished prompt (chapter 21: it may share its batch with decode
         rows) is not sampled, and gets token 0, which nobody reads. Chapter 24: the requests that asked for
-        log-probabilities find them in batch.logprobs, (those requests, their Logprobs)."""
+        log-probabilities find them in batch.logprobs."""
         reqs = batch.reqs
         rows = [i for i, r in enumerate(reqs) if r.samples]
         picked = reqs if len(rows) == len(reqs) else [reqs[i] for i in rows]
@@ -117,7 +117,8 @@ class Engine:
         tokens = self.sampler.sample(logits, args)
         if args.logprob_rows is not None:
             asked = [r for r in picked if r.sampling_params.logprobs]
-            batch.logprobs = (asked, gather_logprobs(logits, tokens, args.logprob_rows, args.top_logprobs))
+            values = gather_logprobs(logits, tokens, args.logprob_rows, args.top_logprobs)
+            batch.logprobs = BatchLogprobs(asked, values)
         if len(picked) == len(reqs):
             return tokens
         out = torch.zeros(len(reqs), dtype=torch.int32, device=logits.device)

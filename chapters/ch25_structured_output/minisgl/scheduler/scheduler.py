@@ -15,60 +15,31 @@ the running requests decode in the same forward pass instead of waiting for the 
 tokens take one token each of the prefill budget; the prefill requests come first in the batch, then the
 decode rows.
 
-Optimistic admission (chapter 23, `admission="optimistic"`; conservative by default): running requests are
-counted at an estimate of the KV they will still write (a new-token ratio) instead of all of it, so more requests
-run at once when answers end long before max_tokens. Before each decode step the scheduler checks that the step's
-pages exist; when they do not, it retracts running requests (their computed prefix stays in the prefix cache),
-puts them back at the front of the queue and recomputes them later. A request retracted `max_retractions` times
-is pinned: it keeps its whole reservation and is never retracted again.
-
-Log-probabilities (chapter 24): the engine leaves those of a batch's sampled tokens on the batch; they travel to
-the CPU with the tokens (same copy, same ready event) and are kept by uid in `logprobs` until the request's
-owner collects them, so a retracted request keeps the entries of the tokens it generated before.
-
-Structured output (chapter 25): a request with a grammar gets a matcher (kept by uid, so it survives a
-retraction with the tokens it has accepted). When a batch is prepared, each of its sampling rows with a grammar
-writes the tokens its grammar allows into the batch's bitmask; when the batch's tokens come back, each advances
-its matcher, and a request whose grammar is complete has finished. The mask of step t+1 needs step t's token, so
-while a request with a grammar runs, overlap scheduling waits for a step's results before it schedules the next.
+Stage 5 adds features, each an object of its own that keeps its per-request state (`features`): admission and
+retraction (chapter 23, admission.py), log-probabilities (24, logprobs.py) and grammars (25, grammar.py). The
+scheduler calls each where it runs in the step, and forgets, clears and reports through all of them in one loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from minisgl.attention.utils import prepare_batch
-from minisgl.constrained.grammar import Constraint, GrammarCache, GrammarSpec, allocate_bitmask
-from minisgl.core import Batch, Req
+from minisgl.core import Batch, BatchLogprobs, Req, TokenLogprob
 from minisgl.engine.engine import Engine
-from minisgl.env import ENV
+from minisgl.scheduler.admission import Admission
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
+from minisgl.scheduler.grammar import GrammarManager
+from minisgl.scheduler.logprobs import LogprobStore, logprob_entries, to_host
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
-from minisgl.scheduler.retract import RETRACTION_POLICIES, NewTokenRatio, pick_victim
 from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
-
-ADMISSIONS = ("conservative", "optimistic")
-
-
-def check_admission_args(admission: str | None, new_token_ratio: NewTokenRatio | None = None,
-                         retraction_policy: str = "length", max_retractions: int = 1) -> str:
-    """The admission policy (None: MINISGL_ADMISSION, else conservative); ValueError naming a bad argument."""
-    admission = ENV.ADMISSION if admission is None else admission
-    if admission not in ADMISSIONS:
-        raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
-    if retraction_policy not in RETRACTION_POLICIES:
-        raise ValueError(f"retraction_policy must be one of {', '.join(RETRACTION_POLICIES)}, got {retraction_policy!r}")
-    if isinstance(max_retractions, bool) or not isinstance(max_retractions, int) or max_retractions < 1:
-        raise ValueError(f"max_retractions must be an integer >= 1, got {max_retractions!r}")
-    if new_token_ratio is not None and not isinstance(new_token_ratio, NewTokenRatio):
-        raise ValueError(f"new_token_ratio must be a NewTokenRatio, got {type(new_token_ratio).__name__}")
-    return admission
 
 
 class ForwardData(NamedTuple):
@@ -77,50 +48,36 @@ class ForwardData(NamedTuple):
     batch: Batch
     next_tokens: torch.Tensor
     ready: torch.cuda.Event | None  # None on the CPU: the tokens are there already
-    logprobs: Any = None  # chapter 24: (requests, engine.sample.Logprobs on the CPU once `ready` has fired)
+    logprobs: BatchLogprobs | None = None  # chapter 24: on the CPU once `ready` has fired
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None,
-                 enable_mixed_chunk: bool | None = None, admission: str | None = None,
-                 new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
-                 max_retractions: int = 1) -> None:
-        if max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
-        admission = check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
-        self.overlap = not ENV.DISABLE_OVERLAP_SCHEDULING if overlap is None else overlap
-        self.enable_mixed_chunk = ENV.ENABLE_MIXED_CHUNK if enable_mixed_chunk is None else enable_mixed_chunk
+        self.on_process: Callable[[Batch], None] | None = None  # sees each batch before its results are recorded
+        # sees each request that leaves its place: "finished", "aborted" (a PendingReq if it never ran), "retracted"
+        self.on_release: Callable[[Req | PendingReq, str], None] | None = None
+        self.on_retract: Callable[[Req], None] | None = None  # sees each retracted request, once it is requeued
         self._freed: set[int] = set()  # requests freed since their last batch was launched: skip their results
         self._unprocessed: list[Batch] = []  # launched batches whose results were not processed yet
-        # Chapter 23: admission, and what retraction keeps track of.
-        self.admission = admission
-        self.optimistic = admission == "optimistic"
-        self.new_token_ratio = new_token_ratio or NewTokenRatio(ENV.INIT_NEW_TOKEN_RATIO)
-        self.retraction_policy = retraction_policy
-        self.max_retractions = max_retractions
-        self.retractions: dict[int, int] = {}  # uid -> times retracted, while the request lives
-        self.pinned: set[int] = set()  # uids retracted max_retractions times: never retracted again
-        self.num_retractions = 0  # retractions since the scheduler was made
-        self.on_retract: Callable[[Req], None] | None = None  # sees each retracted request, once it is requeued
-        # Chapter 24: uid -> [(logprob of the token, [(token id, logprob), ...] top_logprobs)] per output token, for
-        # the requests that asked, from add_request until their owner pops it (LLM, the scheduler's I/O).
-        self.logprobs: dict[int, list[tuple[float, list[tuple[int, float]]]]] = {}
-        # Chapter 25: uid -> its grammar's matcher, from add_request until the request leaves (finished, aborted).
-        self.constraints: dict[int, Constraint] = {}
-        self._grammars: GrammarCache | None = None  # made on the first request with a grammar (it loads the tokenizer)
+        # Stage 5: each feature keeps its own per-request state.
+        self.admission = Admission(config, self.prefill_manager, self.decode_manager, self.cache_manager,
+                                   self.retract)  # chapter 23
+        self.logprobs = LogprobStore()  # chapter 24
+        self.grammar = GrammarManager(engine)  # chapter 25
+        self.features = [self.admission, self.logprobs, self.grammar]
         # On a GPU the loop's device work goes to one stream of its own, in order: admission writes, forward
         # passes, and the copies of sampled tokens to the CPU, which the CPU waits for only when it needs them.
         self.stream = torch.cuda.Stream(engine.device) if engine.device.type == "cuda" else None
@@ -129,8 +86,7 @@ class Scheduler:
         """ValueError if the request could never run on this engine (nothing changes either way); a grammar that
         does not compile is refused here too (chapter 25)."""
         self.engine.check_request(pending.input_ids, pending.sampling_params)
-        if pending.sampling_params.grammar is not None:
-            self.grammars.compile(GrammarSpec(*pending.sampling_params.grammar))
+        self.grammar.check(pending.sampling_params)
         cache = self.cache_manager
         need = cache.slots_to_grow(0, pending.slots_needed)  # whole pages
         if need > cache.num_slots:
@@ -140,20 +96,8 @@ class Scheduler:
     def add_request(self, pending: PendingReq) -> None:
         self.check_request(pending)
         self.prefill_manager.add(pending)
-        if pending.sampling_params.logprobs:
-            self.logprobs[pending.uid] = []
-        if pending.sampling_params.grammar is not None:
-            self.constraints[pending.uid] = self.grammars.matcher(GrammarSpec(*pending.sampling_params.grammar))
-
-    @property
-    def grammars(self) -> GrammarCache:
-        """Chapter 25: the compiled grammars, against the model's tokenizer (loaded on first use)."""
-        if self._grammars is None:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(self.engine.config.model_path)
-            self._grammars = GrammarCache(tokenizer, self.engine.model_config.vocab_size)
-        return self._grammars
+        self.logprobs.add(pending)
+        self.grammar.add(pending)
 
     @property
     def idle(self) -> bool:
@@ -167,136 +111,64 @@ class Scheduler:
         With optimistic admission (chapter 23) the decode rows may be short of pages: running requests are
         retracted until they fit, before any prompt is admitted. None also when the pages of the step will only
         exist once a batch in flight is processed (overlap scheduling): the next call schedules it."""
+        admission = self.admission
         if self.idle:
-            self.new_token_ratio.reset()  # nothing runs: the next burst starts from the initial estimate
+            admission.idle()
             return None
-        if not self.enable_mixed_chunk:
-            batch = self.prefill_manager.schedule_next_batch(self._reserved())
+        if not self.config.enable_mixed_chunk:
+            batch = self.prefill_manager.schedule_next_batch(admission.reserved())
             if batch is not None:
                 return batch
-            decode, fits = self._decode_batch()
+            decode, fits = admission.decode_batch()
             return decode if fits else None
-        decode, fits = self._decode_batch(self._chunk_slots())
+        decode, fits = admission.decode_batch(admission.chunk_slots())
         if not fits:
             return None
-        prefill = self.prefill_manager.schedule_next_batch(self._reserved(), decode.size if decode is not None else 0)
+        rows = decode.size if decode is not None else 0
+        prefill = self.prefill_manager.schedule_next_batch(admission.reserved(), rows)
         if prefill is None or decode is None:
             return decode if prefill is None else prefill
         return Batch.mixed(prefill, decode)
 
-    def _reserved(self) -> int:
-        """KV slots promised to the running requests: all they may still write (conservative admission), or an
-        estimate (optimistic, chapter 23). A sum over all of them: only worth it when a prompt waits."""
-        if not self.prefill_manager.pending:
-            return 0
-        ratio = self.new_token_ratio.current if self.optimistic else 1.0
-        return self.decode_manager.reserved_slots(ratio, self.pinned)
-
-    def _chunk_slots(self) -> int:
-        """Slots that the prompt part-way through its chunks still needs for the rest of the prompt (0 if there is
-        none): in a mixed batch it shares the step with the decode rows."""
-        pending = self.prefill_manager.pending
-        if not self.optimistic or not pending or pending[0].chunked_req is None:
-            return 0
-        return self.cache_manager.slots_to_grow(pending[0].chunked_req.cached_len, len(pending[0].input_ids))
-
-    def _decode_batch(self, extra: int = 0) -> tuple[Batch | None, bool]:
-        """The decode batch of the running requests, and whether its pages (and `extra` more slots) exist now.
-        Conservative admission reserved them; optimistic admission retracts requests until they fit."""
-        batch = self.decode_manager.schedule_next_batch()
-        if not self.optimistic:
-            return batch, True
-        if batch is not None:
-            batch = self._make_room(batch, extra)
-        need = extra + (self.cache_manager.slots_for(batch.reqs) if batch is not None else 0)
-        return batch, need <= self.cache_manager.available_size
-
-    def _make_room(self, batch: Batch, extra: int = 0) -> Batch | None:
-        """Retract requests of a decode batch until the pages of its next step, plus `extra` slots (a chunk that
-        continues in the same step), fit in what the pool can give: free pages and unlocked cached ones. The last
-        row stays, unless `extra` is work of its own to run. Then the new-token ratio rises (after a retraction)
-        or decays (a step that fits as it is). Returns the rows left as a decode batch, None if none is left."""
-        cache = self.cache_manager
-        reqs = list(batch.reqs)
-        retracted = False
-        while reqs and cache.slots_for(reqs) + extra > cache.available_size:
-            if len(reqs) == 1 and not extra:
-                break
-            victim = pick_victim(reqs, self.retraction_policy, self.pinned)
-            if victim is None:
-                break
-            reqs.remove(victim)
-            self._retract(victim)
-            retracted = True
-        if retracted:
-            self.new_token_ratio.after_retraction(self.decode_manager.running)
-        else:
-            self.new_token_ratio.step()
-        return Batch(reqs, "decode") if reqs else None
-
-    def _retract(self, req: Req) -> None:
-        """Take a running request out and give back what it holds, to be recomputed later: the whole pages of its
-        computed prefix go to the prefix cache (a later prefill finds them there), the rest of its pages and its
-        row are freed, and it waits at the front of the queue with its prompt and every token generated so far.
-        A result of it still in flight is dropped (its token is computed again). Counted; pinned once retracted
-        max_retractions times."""
+    def retract(self, req: Req) -> None:
+        """Chapter 23: take a running request out and give back what it holds, to be recomputed later: the whole
+        pages of its computed prefix go to the prefix cache (a later prefill finds them there), the rest of its
+        pages and its row are freed, and it waits at the front of the queue with its prompt and every token
+        generated so far. A result of it still in flight is dropped (its token is computed again). Admission
+        counts it (and pins it once retracted max_retractions times)."""
         self.decode_manager.remove(req)
         if any(req in b.reqs for b in self._unprocessed):
             self._freed.add(req.uid)
-        ids = req.input_ids.clone()
         self._free(req)
-        count = self.retractions[req.uid] = self.retractions.get(req.uid, 0) + 1
-        if count >= self.max_retractions:
-            self.pinned.add(req.uid)
-        self.num_retractions += 1
-        self.prefill_manager.requeue(PendingReq(req.uid, ids, req.sampling_params, prompt_len=req.prompt_len))
+        self.admission.retracted(req.uid)
+        self.prefill_manager.requeue(PendingReq(req.uid, req.input_ids, req.sampling_params,
+                                                prompt_len=req.prompt_len))
+        self._released(req, "retracted")
         if self.on_retract is not None:
             self.on_retract(req)
 
-    def _forget(self, uid: int) -> None:
-        """The request left for good (finished or aborted): nothing of its retractions or its grammar is kept."""
-        self.retractions.pop(uid, None)
-        self.pinned.discard(uid)
-        self.constraints.pop(uid, None)
-
-    def is_finished(self, req: Req, token: int) -> bool:
-        """Judged on the host copy of the sequence, whose last token is `token` (with overlap, the device side is
-        a batch ahead). Plain ints: this runs for every request at every step. Chapter 25: a request with a grammar
-        also ends once its grammar is complete, whatever ignore_eos says."""
-        eos = self.engine.model_config.eos_token_ids
-        hit_eos = not req.sampling_params.ignore_eos and token in eos
-        done = req.input_ids.shape[0] >= req.max_device_len or hit_eos
-        grammar = self.constraints.get(req.uid)
-        if grammar is None:
-            return done
-        # TODO(ch25): the finish rule of a request with a grammar (its matcher `grammar` has just accepted `token`):
-        # it ends when chapter 24's rule says so (`done`: max_tokens reached, or EOS without ignore_eos), and also
-        # when the grammar is complete (grammar.finished: the matcher accepted the grammar's stop token). The second
-        # holds even with ignore_eos: a finished matcher accepts no token at all, so the request must not run
-        # another step (its next mask would be filled by a terminated matcher).
-        raise NotImplementedError("TODO(ch25): Scheduler.is_finished")
-
-    def grammar_mask(self, batch: Batch) -> tuple[list[int], torch.Tensor] | None:
-        """Chapter 25: (rows, bitmask) for the batch's rows that sample a token and have a grammar, in batch order:
-        bitmask[k] holds what the grammar of row rows[k] allows next. None when no such row is in the batch."""
-        # TODO(ch25): the rows i of batch.reqs whose request samples (req.samples: a chunk of a prompt does not) and
-        # has a matcher in self.constraints (by uid); None if there are none. Otherwise allocate_bitmask(number of
-        # rows, the model's vocab_size) and let each row's matcher fill its line (line k for the k-th such row).
-        raise NotImplementedError("TODO(ch25): Scheduler.grammar_mask")
-
-    def advance_grammar(self, req: Req, token: int) -> None:
-        """Chapter 25: the request's matcher takes its new token. A token its grammar refuses means the mask was not
-        applied: a RuntimeError naming the request and the token, never a silent walk off the grammar."""
-        # TODO(ch25): accept the token on the request's matcher (self.constraints[req.uid]); if it refuses, raise
-        # RuntimeError(f"request {uid}: token {token} is outside its grammar"). Whether the grammar is complete is
-        # read by is_finished, right after.
-        raise NotImplementedError("TODO(ch25): Scheduler.advance_grammar")
+    def finish_reason(self, req: Req, token: int) -> str | None:
+        """Why the request ends with `token`, the last token of its host copy (with overlap, the device side is a
+        batch ahead): "stop" for an EOS it does not ignore or a complete grammar (chapter 25, whatever ignore_eos
+        says), "length" when it reached max_tokens (or the context); None while it goes on. Plain ints: this runs
+        for every request at every step."""
+        if token in self.engine.model_config.eos_token_ids and not req.sampling_params.ignore_eos:
+            return "stop"
+        grammar = self.grammar.matchers.get(req.uid)
+        if grammar is not None:
+            # TODO(ch25): the finish rule of a request with a grammar (its matcher `grammar` has just accepted
+            # `token`): it ends with "stop" once the grammar is complete (grammar.finished: the matcher accepted the
+            # grammar's stop token), even with ignore_eos: a finished matcher accepts no token at all, so the request
+            # must not run another step (its next mask would be filled by a terminated matcher). Otherwise the rule
+            # of chapter 24 goes on below.
+            raise NotImplementedError("TODO(ch25): Scheduler.finish_reason")
+        return "length" if req.input_ids.shape[0] >= req.max_device_len else None
 
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
         then flatten the batch (input_ids, positions, out_loc) for the engine. One allocation for the batch."""
-        if self.constraints:  # first: a mask that fails to build leaves no slot allocated
-            batch.grammar_mask = self.grammar_mask(batch)
+        if self.grammar.matchers:  # chapter 25; first: a mask that fails to build leaves no slot allocated
+            batch.grammar_mask = self.grammar.mask(batch)
         self.cache_manager.allocate_paged(batch.reqs)
         prepare_batch(batch, self.table_manager.token_pool, self.table_manager.page_table)
 
@@ -306,7 +178,16 @@ class Scheduler:
         self.table_manager.free(req.table_idx)
         self._live.pop(req.uid, None)
 
-    def _process_last_data(self, batch: Batch, next_tokens: list[int], logprobs: Any = None) -> None:
+    def _released(self, req: Req | PendingReq, reason: str) -> None:
+        """The request left its place ("finished", "aborted", "retracted"); the features forget a request that left
+        for good."""
+        if reason != "retracted":
+            for feature in self.features:
+                feature.forget(req.uid)
+        if self.on_release is not None:
+            self.on_release(req, reason)
+
+    def _process_last_data(self, batch: Batch, next_tokens: list[int], logprobs: BatchLogprobs | None = None) -> None:
         """Record each request's new token (and its log-probabilities, chapter 24); finished requests leave and free
         everything they hold."""
         skip, self._freed = self._freed, set()
@@ -315,22 +196,38 @@ class Scheduler:
         for req, token in zip(batch.reqs, next_tokens):
             if isinstance(req, ChunkedReq) or req.uid in skip or req.uid in self._freed:
                 continue
-            req.append_host(token)
-            if req in entries and req.uid in self.logprobs:
-                self.logprobs[req.uid].append(entries[req])
-            if req.uid in self.constraints:
-                self.advance_grammar(req, token)
-            if self.on_token is not None:
-                self.on_token(req, token)
-            if self.is_finished(req, token):
-                if req in self.decode_manager.running:
-                    self.decode_manager.remove(req)
-                self._free(req)
-                self._forget(req.uid)
-                self.finished[req.uid] = req
-                self._freed.add(req.uid)
+            reason = self._record(req, token, entries)
+            if reason is not None:
+                self._finish(req, reason)
             elif req in prompts:
                 self.cache_manager.cache_req(req, finished=False)  # its prompt becomes shareable right away
+
+    def _record(self, req: Req, token: int, entries: dict[Req, TokenLogprob]) -> str | None:
+        """Record one new token of a request on the host: its sequence, log-probabilities, grammar and the on_token
+        callback. Why the request has finished with it, None if it goes on."""
+        req.append_host(token)
+        if entries:  # chapter 24: some request of the batch asked for log-probabilities
+            self.logprobs.record(req, entries)
+        if req.uid in self.grammar.matchers:
+            self.grammar.advance(req, token)
+        if self.on_token is not None:
+            self.on_token(req, token)
+        return self.finish_reason(req, token)
+
+    def _finish(self, req: Req, reason: str) -> None:
+        """The request ended: it leaves the running set, frees what it holds and waits in `finished`, with its finish
+        reason and its log-probabilities (chapter 24), until its owner takes it."""
+        if req in self.decode_manager.running:
+            self.decode_manager.remove(req)
+        self._free(req)
+        req.finish_reason, req.logprobs = reason, self.logprobs.take(req.uid)
+        self.finished[req.uid] = req
+        self._freed.add(req.uid)
+        self._released(req, "finished")
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
@@ -339,20 +236,19 @@ class Scheduler:
             return self._abort(uid)
 
     def _abort(self, uid: int) -> bool:
-        self.logprobs.pop(uid, None)
         pending = self.prefill_manager.abort(uid)
         if pending is not None:  # waiting: new, retracted (chapter 23), or part-way through its prompt
-            self._forget(uid)
             if pending.chunked_req is not None:  # part-way through its prompt: it holds a row and pages
                 self._free(pending.chunked_req)
                 self._freed.add(uid)
+            self._released(pending.chunked_req or pending, "aborted")
             return True
         for req in self.decode_manager.running:
             if req.uid == uid:
                 self.decode_manager.remove(req)
                 self._free(req)
-                self._forget(uid)
                 self._freed.add(uid)  # a batch already launched may still carry it
+                self._released(req, "aborted")
                 return True
         return False
 
@@ -382,10 +278,8 @@ class Scheduler:
             self.finished.clear()
             self._freed.clear()
             self._unprocessed.clear()
-            self.retractions.clear()
-            self.pinned.clear()
-            self.logprobs.clear()
-            self.constraints.clear()
+            for feature in self.features:
+                feature.clear()
 
     def _launch(self, batch: Batch) -> ForwardData:
         """Run a batch without waiting for its tokens to reach the CPU."""
@@ -394,13 +288,13 @@ class Scheduler:
         self.history.append((batch.phase, [r.uid for r in batch.reqs]))
         # Only prompt rows join: a mixed batch's decode rows are in the decode set already.
         self.decode_manager.add([r for r in batch.prefill_reqs if r.can_decode])
-        logprobs, batch.logprobs = batch.logprobs, None
+        logprobs, batch.logprobs = batch.logprobs, None  # chapter 24: they travel with the tokens
         if not tokens.is_cuda:
             return ForwardData(batch, tokens, None, logprobs)
-        host = to_host(tokens)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
         if logprobs is not None:  # the same kind of copy, queued before the event the CPU waits for
-            reqs, lp = logprobs
-            logprobs = (reqs, type(lp)(*(to_host(t) for t in (lp.chosen, lp.top_ids, lp.top_values))))
+            logprobs = to_host(logprobs)
         ready = torch.cuda.Event()
         ready.record()
         return ForwardData(batch, host, ready, logprobs)
@@ -411,6 +305,8 @@ class Scheduler:
         if data.ready is not None:
             data.ready.synchronize()  # the only point where the CPU waits for the GPU
         self._unprocessed = [b for b in self._unprocessed if b is not data.batch]
+        if self.on_process is not None:
+            self.on_process(data.batch)
         self._process_last_data(data.batch, data.next_tokens.tolist(), data.logprobs)
 
     def _on_stream(self):
@@ -428,13 +324,22 @@ class Scheduler:
         """Launch the next batch, then process `last` (launched by the previous call) while it runs.
         Returns the batch now in flight, for the next call; None if nothing was launched."""
         with self._on_stream():
-            if last is not None and self.constraints:  # chapter 25: the next masks need last's tokens
+            if last is not None and self.grammar.matchers:  # chapter 25: the next masks need last's tokens
                 self._process(last)
                 last = None
             batch = self.schedule_next_batch()
             data = self._launch(batch) if batch is not None else None
             self._process(last)
             return data
+
+    def status(self) -> dict[str, int]:
+        """The scheduler's counters (the server's /health): its queues and KV pool, then each feature's."""
+        cache = self.cache_manager
+        status = {"waiting": len(self.prefill_manager.pending), "running": len(self.decode_manager.running),
+                  "available_slots": cache.available_size, "total_slots": cache.num_slots}
+        for feature in self.features:
+            status |= feature.status()
+        return status
 
     def check_integrity(self) -> None:
         """Every table row is free or held by a live request, and every KV page free, cached or held by a live
@@ -461,7 +366,7 @@ class Scheduler:
 
     def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-        if not self.overlap:
+        if not self.config.overlap:
             while not self.idle:
                 if self.step() is None:
                     raise stuck
@@ -479,24 +384,3 @@ class Scheduler:
                     return
                 if not processed:
                     raise stuck
-
-
-def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A copy into pinned CPU memory, queued on the current stream: valid once an event recorded after it fired."""
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t, non_blocking=True)
-    return host
-
-
-def logprob_entries(logprobs: Any) -> dict[Req, tuple[float, list[tuple[int, float]]]]:
-    """Chapter 24: request -> (logprob of its token, its top_logprobs (token id, logprob) pairs, best first), from a
-    batch's (requests, Logprobs) on the CPU; each request keeps as many alternatives as it asked for."""
-    if logprobs is None:
-        return {}
-    reqs, lp = logprobs
-    chosen, ids, values = lp.chosen.tolist(), lp.top_ids.tolist(), lp.top_values.tolist()
-    out = {}
-    for i, req in enumerate(reqs):
-        k = req.sampling_params.top_logprobs
-        out[req] = (chosen[i], list(zip(ids[i][:k], values[i][:k])))
-    return out

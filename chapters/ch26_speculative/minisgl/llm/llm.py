@@ -11,37 +11,31 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from minisgl.core import SamplingParams
+from minisgl.core import SamplingParams, TokenLogprob
 from minisgl.distributed import get_tp_info
 from minisgl.engine import Engine, EngineConfig
 from minisgl.env import ENV
 from minisgl.llm.tp import TPGroup, check_tp_config
-from minisgl.scheduler.retract import NewTokenRatio
-from minisgl.scheduler.scheduler import Scheduler, check_admission_args, check_spec_args
+from minisgl.scheduler.config import SchedulerConfig
+from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
-from minisgl.spec import SpecConfig
+from minisgl.spec.config import SpecConfig
 
 Prompt = str | Sequence[int]
 
 
 class LLM:
-    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments go to EngineConfig,
-    except max_extend_tokens (the prefill token budget of one batch), overlap (overlap scheduling; default:
-    on unless MINISGL_DISABLE_OVERLAP_SCHEDULING is set) and enable_mixed_chunk (mixed prefill + decode
-    batches, chapter 21; default: off unless MINISGL_ENABLE_MIXED_CHUNK is set), admission ("conservative" or
-    "optimistic", chapter 23; default: MINISGL_ADMISSION, else conservative), new_token_ratio, retraction_policy
-    ("length" or "last"), max_retractions and speculative (a SpecConfig, chapter 26: speculative decoding; None,
-    the default, speculates not), which go to the scheduler, and tp_size.
+    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments that name a field of
+    SchedulerConfig (max_extend_tokens, overlap, ...) go to the scheduler, the others to EngineConfig, except
+    tp_size. scheduler_config gives the scheduler's settings whole instead.
 
     tp_size > 1 (chapter 16) runs one process per rank, each with its own engine and scheduler on a slice of
     the model; this object then only tokenizes, hands the work to rank 0 and decodes (engine and scheduler
     are None here). A bad tp_size is a ValueError before any process starts; call shutdown() when done.
     """
 
-    def __init__(self, model_path: str | Path, max_extend_tokens: int = 8192, overlap: bool | None = None,
-                 tp_size: int = 1, enable_mixed_chunk: bool | None = None, admission: str | None = None,
-                 new_token_ratio: NewTokenRatio | None = None, retraction_policy: str = "length",
-                 max_retractions: int = 1, speculative: SpecConfig | None = None, **config) -> None:
+    def __init__(self, model_path: str | Path, tp_size: int = 1, scheduler_config: SchedulerConfig | None = None,
+                 **kwargs) -> None:
         self.model_path = model_path
         self.tp_size = tp_size
         self.engine: Engine | None = None
@@ -49,20 +43,16 @@ class LLM:
         self._group: TPGroup | None = None
         self._tokenizer = None
         self._next_uid = 0
-        engine_config = EngineConfig(model_path, **config)
+        config = make_scheduler_config(kwargs, scheduler_config)  # checked before any engine or process
+        engine_config = EngineConfig(model_path, **kwargs)
         check_tp_config(tp_size, engine_config)
-        check_admission_args(admission, new_token_ratio, retraction_policy, max_retractions)  # before any engine
-        check_spec_args(speculative, tp_size)
-        scheduler_args = dict(max_extend_tokens=max_extend_tokens, overlap=overlap,
-                              enable_mixed_chunk=enable_mixed_chunk, admission=admission,
-                              new_token_ratio=new_token_ratio, retraction_policy=retraction_policy,
-                              max_retractions=max_retractions, speculative=speculative)
-        if tp_size > 1:
-            rank_args = dict(**scheduler_args, **config)
+        check_spec_tp(config.speculative, tp_size)
+        if tp_size > 1:  # every rank gets the same settings
+            rank_args = dict(kwargs, scheduler_config=config)
             self._group = TPGroup(tp_size, type(self), model_path, rank_args, engine_config.device)
             return
         self.engine = Engine(engine_config)
-        self.scheduler = Scheduler(self.engine, **scheduler_args)
+        self.scheduler = Scheduler(self.engine, config)
 
     @property
     def tokenizer(self):
@@ -131,10 +121,12 @@ class LLM:
         checked before any is queued. If the run fails or is interrupted, its requests are aborted and freed and
         the error goes on; the LLM serves the next call.
 
-        Chapter 24: with logprobs, an answer also has "logprobs" (the log-probability of each output token, from
-        the model's distribution before any sampling setting) and, with top_logprobs, "top_logprobs" (for each
-        output token, the (token id, logprob) pairs of the most likely ones, best first). A prompt with n > 1
-        also gets "samples", its n answers (the first is also the answer itself)."""
+        Chapter 24: an answer also says why it ended, "finish_reason": "stop" when it ended by itself (an EOS; a
+        complete grammar, chapter 25), "length" at max_tokens or the context's end. With logprobs it has "logprobs"
+        (the log-probability of each output token, from the model's distribution before any sampling setting)
+        and, with top_logprobs, "top_logprobs" (for each output token, the (token id, logprob) pairs of the most
+        likely ones, best first). A prompt with n > 1 also gets "samples", its n answers (the first is also the
+        answer itself)."""
         requests = self._requests(prompts, sampling_params)
         expanded, owner = expand_samples(requests)
         run = self._group.generate if self._group is not None else (lambda reqs: self._run(self._pending(reqs)))
@@ -145,8 +137,9 @@ class LLM:
             run(shared)
         outputs = run(expanded)
         results = [{"samples": []} for _ in requests]
-        for i, (ids, logprobs) in zip(owner, outputs):
-            sample = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids}
+        for i, (ids, logprobs, reason) in zip(owner, outputs):
+            sample = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids,
+                      "finish_reason": reason}
             if logprobs is not None:
                 sample["logprobs"] = [lp for lp, _ in logprobs]
                 if requests[i][1].top_logprobs:
@@ -158,9 +151,9 @@ class LLM:
                 del result["samples"]
         return results
 
-    def _run(self, pending: list[PendingReq]) -> list[tuple[list[int], list | None]]:
-        """Queue checked requests, run the scheduler until they all finished; their output token ids, and their
-        log-probability entries (None for a request that did not ask)."""
+    def _run(self, pending: list[PendingReq]) -> list[tuple[list[int], list[TokenLogprob] | None, str]]:
+        """Queue checked requests, run the scheduler until they all finished; their output token ids, their
+        log-probability entries (None for a request that did not ask) and their finish reasons."""
         self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         for p in pending:
             self.scheduler.add_request(p)
@@ -168,8 +161,31 @@ class LLM:
         quiet = ENV.QUIET or not get_tp_info().is_primary  # one progress bar, not one per rank
         with tqdm(total=len(pending), desc="generate", disable=quiet) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        return [(self.scheduler.finished.pop(p.uid).output_ids, self.scheduler.logprobs.pop(p.uid, None))
-                for p in pending]
+        reqs = [self.scheduler.take_finished(p.uid) for p in pending]
+        return [(r.output_ids, r.logprobs, r.finish_reason) for r in reqs]
+
+
+def make_scheduler_config(kwargs: dict, given: SchedulerConfig | None = None) -> SchedulerConfig:
+    """The scheduler's settings: `given`, or the keyword arguments that name a field of SchedulerConfig, taken out
+    of `kwargs` (what is left is EngineConfig's). ValueError if both are given, or for a bad setting."""
+    names = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    mine = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+    if given is None:
+        return SchedulerConfig(**mine)
+    if mine:
+        raise ValueError(f"give the scheduler's settings as scheduler_config or as keywords, not both: {sorted(mine)}")
+    if not isinstance(given, SchedulerConfig):
+        raise ValueError(f"scheduler_config must be a SchedulerConfig, got {type(given).__name__}")
+    return given
+
+
+def check_spec_tp(speculative: SpecConfig | None, tp_size: int) -> None:
+    """Chapter 26: N-gram speculation runs under tensor parallelism (every rank proposes the same drafts from the
+    same tokens and accepts the same ones from the same gathered logits and generator); a draft model does not
+    (its engine would need a rank group of its own): a ValueError before any process starts."""
+    if speculative is not None and speculative.method == "draft" and tp_size > 1:
+        raise ValueError(f"speculative decoding with a draft model runs with tp_size 1 only, got tp_size {tp_size} "
+                         "(n-gram speculation works with any tp_size)")
 
 
 def expand_samples(requests: list[tuple[list[int], SamplingParams]],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ from tqdm import tqdm
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.env import ENV
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
 
@@ -19,12 +21,14 @@ Prompt = str | Sequence[int]
 
 
 class LLM:
-    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments go to EngineConfig,
-    except max_extend_tokens (the prefill token budget of one batch), which goes to the scheduler."""
+    """LLM(model_path, max_running_reqs=..., max_extend_tokens=..., ...): keyword arguments that name a field of
+    SchedulerConfig (max_extend_tokens, ...) go to the scheduler, the others to EngineConfig. scheduler_config gives
+    the scheduler's settings whole instead."""
 
-    def __init__(self, model_path: str | Path, max_extend_tokens: int = 8192, **config) -> None:
-        self.engine = Engine(EngineConfig(model_path, **config))
-        self.scheduler = Scheduler(self.engine, max_extend_tokens)
+    def __init__(self, model_path: str | Path, scheduler_config: SchedulerConfig | None = None, **kwargs) -> None:
+        config = make_scheduler_config(kwargs, scheduler_config)  # checked before the engine is built
+        self.engine = Engine(EngineConfig(model_path, **kwargs))
+        self.scheduler = Scheduler(self.engine, config)
         self._tokenizer = None
         self._next_uid = 0
 
@@ -83,14 +87,28 @@ class LLM:
         pending = self._pending(prompts, sampling_params)
         self.scheduler.history.clear()  # the batches of the last call only: a long-lived LLM keeps no growing log
         # TODO(ch07): queue every request, run the scheduler until idle with a tqdm bar of finished requests
-        # (disabled when ENV.QUIET), and return the outputs in input order, popping them from scheduler.finished.
+        # (disabled when ENV.QUIET), and return the outputs in input order, taking them with scheduler.take_finished.
         # >>> solution
         for p in pending:
             self.scheduler.add_request(p)
         self._next_uid += len(pending)
         with tqdm(total=len(pending), desc="generate", disable=ENV.QUIET) as bar:
             self.scheduler.run_until_idle(lambda: bar.update(len(self.scheduler.finished) - bar.n))
-        reqs = [self.scheduler.finished.pop(p.uid) for p in pending]
+        reqs = [self.scheduler.take_finished(p.uid) for p in pending]
         return [{"text": self.tokenizer.decode(r.output_ids, skip_special_tokens=True), "token_ids": r.output_ids}
                 for r in reqs]
         # <<< solution
+
+
+def make_scheduler_config(kwargs: dict, given: SchedulerConfig | None = None) -> SchedulerConfig:
+    """The scheduler's settings: `given`, or the keyword arguments that name a field of SchedulerConfig, taken out
+    of `kwargs` (what is left is EngineConfig's). ValueError if both are given, or for a bad setting."""
+    names = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    mine = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+    if given is None:
+        return SchedulerConfig(**mine)
+    if mine:
+        raise ValueError(f"give the scheduler's settings as scheduler_config or as keywords, not both: {sorted(mine)}")
+    if not isinstance(given, SchedulerConfig):
+        raise ValueError(f"scheduler_config must be a SchedulerConfig, got {type(given).__name__}")
+    return given

@@ -19,6 +19,7 @@ from minisgl.core import Batch, Req
 from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg,
                              ErrorMsg, ExitMsg, GetStatusMsg, HoldMsg, MessageError, StatusMsg, UserMsg, batched,
                              unwrap)
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import ForwardData, Scheduler
 from minisgl.scheduler.utils import PendingReq
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -37,7 +38,6 @@ class SchedulerIO:
         self.outbox: list[BaseTokenizerMsg] = []
         self.new_tokens: list[tuple[Req, int]] = []  # (request, token) recorded by the last step, to send
         self.running = True  # an ExitMsg ends the loop
-        self.eos_token_ids = set(scheduler.engine.model_config.eos_token_ids)
         scheduler.on_token = lambda req, token: self.new_tokens.append((req, token))
         # The hold (HoldMsg, a test and debugging hook) stands in front of the scheduler's choice of batch:
         # step() and overlap_step() launch nothing while it holds, and overlap_step still finishes the batch in flight.
@@ -125,19 +125,15 @@ class SchedulerIO:
 
     def send_results(self) -> None:
         """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
-        # TODO(ch14): for each recorded (req, token): the request is finished if it is in scheduler.finished
-        #   (take it out: nobody else collects it); its finish_reason is "stop" for an EOS token it did not
-        #   ignore, else "length". Send the DetokenizeMsgs and the outbox together in one frame (batched, which
-        #   takes a non-empty list: with nothing to send, send nothing), then clear both lists.
+        # TODO(ch14): for each recorded (req, token): the request is finished if scheduler.take_finished(uid)
+        #   returns it (taking it: nobody else collects it), and req.finish_reason says why ("stop" or "length";
+        #   None while it runs). Send the DetokenizeMsgs and the outbox together in one frame (batched, which takes
+        #   a non-empty list: with nothing to send, send nothing), then clear both lists.
         # >>> solution
         replies: list[BaseTokenizerMsg] = []
         for req, token in self.new_tokens:
-            finished = self.scheduler.finished.pop(req.uid, None) is not None
-            reason = None
-            if finished:
-                eos = token in self.eos_token_ids and not req.sampling_params.ignore_eos
-                reason = "stop" if eos else "length"
-            replies.append(DetokenizeMsg(req.uid, token, finished, reason))
+            finished = self.scheduler.take_finished(req.uid) is not None
+            replies.append(DetokenizeMsg(req.uid, token, finished, req.finish_reason if finished else None))
         replies += self.outbox
         if replies:
             self.send.put(batched(replies, BatchTokenizerMsg))
@@ -147,8 +143,7 @@ class SchedulerIO:
     def status(self) -> dict[str, int]:
         """The scheduler's counters; when nothing runs it also checks the integrity of its tables and pages."""
         sched = self.scheduler
-        status = {"waiting": len(sched.prefill_manager.pending), "running": len(sched.decode_manager.running),
-                  "available_slots": sched.cache_manager.available_size, "total_slots": sched.cache_manager.num_slots}
+        status = sched.status()
         if sched.idle:
             sched.check_integrity()  # an AssertionError here ends the process: a leak is never served over
             status["integrity_checked"] = 1
@@ -176,7 +171,7 @@ class SchedulerIO:
                     return
                 for msg in msgs:
                     self.process_msg(msg)
-                if sched.overlap:
+                if sched.config.overlap:
                     last = sched.overlap_step(last)
                 else:
                     sched.step()
@@ -187,8 +182,8 @@ class SchedulerIO:
             raise
 
 
-def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr: str, detokenizer_addr: str,
-                  ready=None) -> None:
+def run_scheduler(model_path: str, engine_args: dict, config: SchedulerConfig | None, addr: str,
+                  detokenizer_addr: str, ready=None) -> None:
     """The scheduler process: build the engine (the slow part), report ready with the limits the front end needs,
     then serve until an ExitMsg or the parent's death. A failure to start is reported instead of a silent exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers itself
@@ -197,7 +192,7 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
     parent = os.getppid()
     with report_death("scheduler", ready):
         engine = Engine(EngineConfig(model_path, **engine_args))
-        scheduler = Scheduler(engine, **scheduler_args)
+        scheduler = Scheduler(engine, config)
         recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
         send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
         io = SchedulerIO(scheduler, recv, send)

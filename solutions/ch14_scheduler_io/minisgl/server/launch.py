@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minisgl.message import BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg, ExitMsg
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.io import run_scheduler
 from minisgl.tokenizer.server import tokenize_worker
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -58,13 +59,15 @@ class WorkerError(RuntimeError):
 class Workers:
     """The two worker processes of one server and the front end's ends of the queues.
 
-    engine_args go to EngineConfig, scheduler_args to Scheduler (max_extend_tokens, overlap). The constructor
+    engine_args go to EngineConfig, scheduler_config to the Scheduler (None: its defaults). The constructor
     returns once both workers are ready (WorkerError if one fails to start); then `max_seq_len` is the engine's
     limit on prompt + output tokens, `total_slots` the KV pool's size in tokens (`page_size` each page's),
     `max_running_reqs` how many requests can run at once."""
 
-    def __init__(self, model_path: str, engine_args: dict | None = None, scheduler_args: dict | None = None,
-                 startup_timeout: float = 600.0) -> None:
+    def __init__(self, model_path: str, engine_args: dict | None = None,
+                 scheduler_config: SchedulerConfig | None = None, startup_timeout: float = 600.0) -> None:
+        if scheduler_config is not None and not isinstance(scheduler_config, SchedulerConfig):
+            raise ValueError(f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}")
         self.folder = Path(tempfile.mkdtemp(prefix="minisgl-"))
         self.addrs = Addresses.in_folder(self.folder)
         context = mp.get_context("spawn")  # a fresh interpreter: no CUDA state or threads inherited
@@ -75,7 +78,7 @@ class Workers:
             # The front end binds its own socket first: replies sent before it listens are never lost.
             self.replies = ZmqPullQueue(self.addrs.frontend, create=True, decoder=BaseFrontendMsg.decoder)
             self._start(context, "scheduler", run_scheduler,
-                        (str(model_path), engine_args or {}, scheduler_args or {}, self.addrs.backend,
+                        (str(model_path), engine_args or {}, scheduler_config, self.addrs.backend,
                          self.addrs.tokenizer, self._ready))
             info = self._wait_ready("scheduler", startup_timeout)
             self.max_seq_len: int = info["max_seq_len"]

@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minisgl.scheduler.config import SchedulerConfig
+
 
 @dataclass
 class ServerArgs:
@@ -15,7 +17,7 @@ class ServerArgs:
     served_model_name: str = ""  # the `model` clients name; default: the model folder's name
     api_key: str | None = None  # when set, /v1/* and every POST need "Authorization: Bearer <key>"
     engine_args: dict = field(default_factory=dict)  # EngineConfig keywords
-    scheduler_args: dict = field(default_factory=dict)  # Scheduler keywords (max_extend_tokens, overlap)
+    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)  # the scheduler's settings
     log_requests: bool = False  # one line per finished request (tokens, finish reason, TTFT, time per token)
     stream_interval: int = 1  # a streamed request gets an event every this many tokens (SGLang's --stream-interval)
 
@@ -24,6 +26,11 @@ class ServerArgs:
             raise ValueError(f"--stream-interval must be >= 1, got {self.stream_interval}")
         if not self.served_model_name:
             self.served_model_name = Path(self.model_path).name
+
+    @property
+    def scheduler_args(self) -> SchedulerConfig:
+        """The scheduler's settings under the name the API server hands them to its workers by."""
+        return self.scheduler_config
 
 
 def parse_args(argv: list[str] | None = None) -> ServerArgs:
@@ -55,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     if a.no_overlap:
         scheduler["overlap"] = False
     try:
-        return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, scheduler, a.log_requests,
-                          a.stream_interval)
+        return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, SchedulerConfig(**scheduler),
+                          a.log_requests, a.stream_interval)
     except ValueError as e:
         p.error(str(e))

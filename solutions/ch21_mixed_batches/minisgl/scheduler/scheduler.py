@@ -27,8 +27,8 @@ import torch
 from minisgl.attention.utils import prepare_batch
 from minisgl.core import Batch, Req
 from minisgl.engine.engine import Engine
-from minisgl.env import ENV
 from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
 from minisgl.scheduler.table import TableManager
@@ -44,25 +44,20 @@ class ForwardData(NamedTuple):
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_extend_tokens: int = 8192, overlap: bool | None = None,
-                 enable_mixed_chunk: bool | None = None) -> None:
-        if max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {max_extend_tokens}")
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
         self.engine = engine
-        self.max_extend_tokens = max_extend_tokens
         # The bookkeeping over the engine's tensors: who holds which table row, and which KV pages.
         self.table_manager = TableManager(engine.config.max_running_reqs, engine.page_table, engine.token_pool)
         self.cache_manager = CacheManager(engine.num_pages, engine.config.page_size, engine.page_table,
                                           engine.config.cache_type)
-        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, max_extend_tokens)
+        self.prefill_manager = PrefillManager(self.table_manager, self.cache_manager, config.max_extend_tokens)
         self.decode_manager = DecodeManager(self.cache_manager.page_size)
-        self.finished: dict[int, Req] = {}
+        self.finished: dict[int, Req] = {}  # uid -> finished request, until its owner takes it (take_finished)
         self._live: dict[int, Req] = {}  # admitted requests that hold a row: what abort_all frees
         self.history: list[tuple[str, list[int]]] = []  # (phase, uids) of every batch run, for traces and tests
         self.on_token: Callable[[Req, int], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None  # sees each batch before it runs (traces, counts)
-        self.overlap = not ENV.DISABLE_OVERLAP_SCHEDULING if overlap is None else overlap
-        self.enable_mixed_chunk = ENV.ENABLE_MIXED_CHUNK if enable_mixed_chunk is None else enable_mixed_chunk
         self._freed: set[int] = set()  # requests freed since their last batch was launched: skip their results
         # On a GPU the loop's device work goes to one stream of its own, in order: admission writes, forward
         # passes, and the copies of sampled tokens to the CPU, which the CPU waits for only when it needs them.
@@ -91,7 +86,7 @@ class Scheduler:
         batch), so a long prompt no longer holds their next token back until its last chunk has run."""
         # The running requests' reservation is a sum over all of them: only worth it when a prompt waits.
         reserved = self.decode_manager.reserved_slots() if self.prefill_manager.pending else 0
-        if not self.enable_mixed_chunk:
+        if not self.config.enable_mixed_chunk:
             batch = self.prefill_manager.schedule_next_batch(reserved)
             return batch if batch is not None else self.decode_manager.schedule_next_batch()
         # TODO(ch21): the decode batch of the running requests, and a prefill batch whose budget is charged one
@@ -104,12 +99,13 @@ class Scheduler:
         return Batch.mixed(prefill, decode)
         # <<< solution
 
-    def is_finished(self, req: Req, token: int) -> bool:
-        """Judged on the host copy of the sequence, whose last token is `token` (with overlap, the device side is
-        a batch ahead). Plain ints: this runs for every request at every step."""
-        eos = self.engine.model_config.eos_token_ids
-        hit_eos = not req.sampling_params.ignore_eos and token in eos
-        return req.input_ids.shape[0] >= req.max_device_len or hit_eos
+    def finish_reason(self, req: Req, token: int) -> str | None:
+        """Why the request ends with `token`, the last token of its host copy (with overlap, the device side is a
+        batch ahead): "stop" for an EOS it does not ignore, "length" when it reached max_tokens (or the context);
+        None while it goes on. Plain ints: this runs for every request at every step."""
+        if token in self.engine.model_config.eos_token_ids and not req.sampling_params.ignore_eos:
+            return "stop"
+        return "length" if req.input_ids.shape[0] >= req.max_device_len else None
 
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
@@ -133,7 +129,9 @@ class Scheduler:
             req.append_host(token)
             if self.on_token is not None:
                 self.on_token(req, token)
-            if self.is_finished(req, token):
+            reason = self.finish_reason(req, token)
+            if reason is not None:
+                req.finish_reason = reason
                 if req in self.decode_manager.running:
                     self.decode_manager.remove(req)
                 self._free(req)
@@ -141,6 +139,10 @@ class Scheduler:
                 self._freed.add(req.uid)
             elif req in prompts:
                 self.cache_manager.cache_req(req, finished=False)  # its prompt becomes shareable right away
+
+    def take_finished(self, uid: int) -> Req | None:
+        """The request if it has finished and nobody took it yet; it is no longer kept here."""
+        return self.finished.pop(uid, None)
 
     def abort_request(self, uid: int) -> bool:
         """Drop a request wherever it is, freeing its row and pages (a chunked prefill too). False if the
@@ -230,6 +232,12 @@ class Scheduler:
             self._process(last)
             return data
 
+    def status(self) -> dict[str, int]:
+        """The scheduler's counters (the server's /health): its queues and its KV pool."""
+        cache = self.cache_manager
+        return {"waiting": len(self.prefill_manager.pending), "running": len(self.decode_manager.running),
+                "available_slots": cache.available_size, "total_slots": cache.num_slots}
+
     def check_integrity(self) -> None:
         """When nothing runs: every table row is free and every KV page free or cached exactly once."""
         self.table_manager.check_integrity()
@@ -252,7 +260,7 @@ class Scheduler:
 
     def _run(self, on_step: Callable[[], None] | None) -> None:
         stuck = RuntimeError("requests are waiting but none can be admitted (pool or rows too small?)")
-        if not self.overlap:
+        if not self.config.overlap:
             while not self.idle:
                 if self.step() is None:
                     raise stuck

@@ -229,10 +229,11 @@ def _run_once(llm, workload: Workload, name: str, max_seconds: float | None, max
         wall = time.perf_counter() - t0
     finally:
         scheduler.on_token = scheduler.on_batch = None
-    outputs = [scheduler.finished.pop(uid).output_ids if uid in scheduler.finished else None for uid in uids]
+    taken = [scheduler.take_finished(uid) for uid in uids]  # None for a request aborted at max_seconds
+    outputs = [req.output_ids if req is not None else None for req in taken]
     scheduler.check_integrity()
     engine = llm.engine
-    config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.overlap,
+    config = {"attention_backend": type(engine.attn_backend).__name__, "overlap": scheduler.config.overlap,
               "page_size": engine.config.page_size, "max_extend_tokens": max_extend_tokens,
               "dtype": engine.config.dtype, "max_running_reqs": engine.config.max_running_reqs,
               "cuda_graph_max_bs": engine.config.cuda_graph_max_bs, "fused_kernels": env.ENV.FUSED_KERNELS,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minisgl.core import Req
+from minisgl.core import Logprobs, Req
 from minisgl.engine.processors import Penalties, apply_logit_bias, mask_eos, min_p_filter
 
 
@@ -119,16 +119,6 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
     drop[:, 0] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
-
-
-@dataclass
-class Logprobs:
-    """Log-probabilities of a batch's logprob_rows (device tensors): of the token each picked [R], and of the
-    top_logprobs most likely tokens [R, k], best first (a row that asked for fewer reads its first entries)."""
-
-    chosen: torch.Tensor
-    top_ids: torch.Tensor
-    top_values: torch.Tensor
 
 
 def gather_logprobs(logits: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor, k: int) -> Logprobs:

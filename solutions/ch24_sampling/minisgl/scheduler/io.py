@@ -6,7 +6,8 @@ step (with overlap scheduling, launching the next batch before the last one's to
 tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
 still takes messages but launches no batch, so a test can queue requests first and then let them run together.
 A token of a request that asked for log-probabilities (chapter 24) carries its own and its top_logprobs in the
-same message.
+same message. One step may give a request several tokens (chapter 26's speculative decoding): one message each, in
+order, the last one marked finished.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import sys
 
 import torch
 
-from minisgl.core import Batch, Req
+from minisgl.core import Batch, Req, TokenLogprob
 from minisgl.message import (AbortBackendMsg, BaseBackendMsg, BaseTokenizerMsg, BatchTokenizerMsg, DetokenizeMsg,
                              ErrorMsg, ExitMsg, GetStatusMsg, HoldMsg, MessageError, StatusMsg, UserMsg, batched,
                              unwrap)
+from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import ForwardData, Scheduler
 from minisgl.scheduler.utils import PendingReq
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -37,10 +39,9 @@ class SchedulerIO:
         self.scheduler = scheduler
         self.recv, self.send = recv, send
         self.outbox: list[BaseTokenizerMsg] = []
-        self.new_tokens: list[tuple[Req, int, tuple | None]] = []  # (request, token, logprobs) of the last step
+        self.new_tokens: list[tuple[Req, int, TokenLogprob | None]] = []  # (request, token, logprobs), last step
         self.running = True  # an ExitMsg ends the loop
-        self.eos_token_ids = set(scheduler.engine.model_config.eos_token_ids)
-        scheduler.on_token = lambda req, token: self.new_tokens.append((req, token, self._logprobs_of(req.uid)))
+        scheduler.on_token = lambda req, token: self.new_tokens.append((req, token, scheduler.logprobs.latest(req.uid)))
         # The hold (HoldMsg, a test and debugging hook) stands in front of the scheduler's choice of batch:
         # step() and overlap_step() launch nothing while it holds, and overlap_step still finishes the batch in flight.
         self.steps_left: int | None = None  # batches the scheduler may still launch; None: any number
@@ -49,12 +50,6 @@ class SchedulerIO:
         self._alive = lambda: True
         choose = scheduler.schedule_next_batch
         scheduler.schedule_next_batch = lambda: self._next_batch(choose)
-
-    def _logprobs_of(self, uid: int) -> tuple | None:
-        """The log-probability entry of the request's token just recorded, if it asked (chapter 24): the only one
-        this process needs, so the scheduler's list is emptied as it goes."""
-        entries = self.scheduler.logprobs.get(uid)
-        return entries.pop() if entries else None
 
     def receive_msgs(self, blocking: bool) -> list[BaseBackendMsg]:
         """Every message queued now; when `blocking`, wait up to IDLE_POLL_S for the first one (HELD_POLL_S while
@@ -127,17 +122,13 @@ class SchedulerIO:
     def send_results(self) -> None:
         """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
         replies: list[BaseTokenizerMsg] = []
-        for req, token, logprobs in self.new_tokens:
-            finished = self.scheduler.finished.pop(req.uid, None) is not None
-            reason = None
-            if finished:
-                eos = token in self.eos_token_ids and not req.sampling_params.ignore_eos
-                reason = "stop" if eos else "length"
-                self.scheduler.logprobs.pop(req.uid, None)
-            msg = DetokenizeMsg(req.uid, token, finished, reason)
+        last = {req.uid: i for i, (req, _, _) in enumerate(self.new_tokens)}  # a request's last token of the step
+        for i, (req, token, logprobs) in enumerate(self.new_tokens):
+            finished = last[req.uid] == i and self.scheduler.take_finished(req.uid) is not None
+            msg = DetokenizeMsg(req.uid, token, finished, req.finish_reason if finished else None)
             if logprobs is not None:
-                msg.logprob, msg.top_ids, msg.top_logprobs = logprobs[0], [t for t, _ in logprobs[1]], \
-                    [v for _, v in logprobs[1]]
+                msg.logprob, msg.top_ids, msg.top_logprobs = logprobs.logprob, [t for t, _ in logprobs.top], \
+                    [v for _, v in logprobs.top]
             replies.append(msg)
         replies += self.outbox
         if replies:
@@ -147,9 +138,7 @@ class SchedulerIO:
     def status(self) -> dict[str, int]:
         """The scheduler's counters; when nothing runs it also checks the integrity of its tables and pages."""
         sched = self.scheduler
-        status = {"waiting": len(sched.prefill_manager.pending), "running": len(sched.decode_manager.running),
-                  "available_slots": sched.cache_manager.available_size, "total_slots": sched.cache_manager.num_slots,
-                  "retractions": sched.num_retractions}  # chapter 23: since the server started (0 when conservative)
+        status = sched.status()
         if sched.idle:
             sched.check_integrity()  # an AssertionError here ends the process: a leak is never served over
             status["integrity_checked"] = 1
@@ -171,7 +160,7 @@ class SchedulerIO:
                     return
                 for msg in msgs:
                     self.process_msg(msg)
-                if sched.overlap:
+                if sched.config.overlap:
                     last = sched.overlap_step(last)
                 else:
                     sched.step()
@@ -181,8 +170,8 @@ class SchedulerIO:
             raise
 
 
-def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr: str, detokenizer_addr: str,
-                  ready=None) -> None:
+def run_scheduler(model_path: str, engine_args: dict, config: SchedulerConfig | None, addr: str,
+                  detokenizer_addr: str, ready=None) -> None:
     """The scheduler process: build the engine (the slow part), report ready with the limits the front end needs,
     then serve until an ExitMsg or the parent's death. A failure to start is reported instead of a silent exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers itself
@@ -191,7 +180,7 @@ def run_scheduler(model_path: str, engine_args: dict, scheduler_args: dict, addr
     parent = os.getppid()
     with report_death("scheduler", ready):
         engine = Engine(EngineConfig(model_path, **engine_args))
-        scheduler = Scheduler(engine, **scheduler_args)
+        scheduler = Scheduler(engine, config)
         recv = ZmqPullQueue(addr, create=True, decoder=BaseBackendMsg.decoder)
         send = ZmqPushQueue(detokenizer_addr, create=False, encoder=BaseTokenizerMsg.encoder)
         io = SchedulerIO(scheduler, recv, send)

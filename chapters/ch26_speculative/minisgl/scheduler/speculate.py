@@ -1,0 +1,130 @@
+"""Speculative decoding in the scheduler (chapter 26): turning a decode batch into a verify batch, and back.
+
+In a decode step, a proposer guesses up to k next tokens of each running request that may speculate (n-gram lookup
+in its own tokens, or a small draft model; spec/). The guesses are written into the token pool after the request's
+last token, given KV pages like any new tokens, and the whole batch runs as one "verify" pass that computes every
+row's last token and its drafts, with logits at every position. A greedy row keeps the drafts that equal the
+model's own argmax, a sampled row those that rejection sampling accepts; either way it gains the kept drafts and
+one token of the model's own, 1 to k + 1 tokens for one forward pass. The pages of rejected drafts go back at once.
+
+Rows that cannot speculate (a grammar, log-probabilities, logit processors, min_p, a seeded sample) or found no
+draft decode one token in the same pass, sampled as ever; a step where no row has a draft is an ordinary decode
+step. With CUDA graphs both kinds of step replay a graph: verify steps their own, each row padded to k + 1 tokens
+(captured when the scheduler is made). Prefill and mixed batches never speculate. The drafts of step t+1 are guessed
+from the tokens step t produced, and a verify pass waits for its accepted counts, so while speculating the overlap
+loop processes each step's results before it schedules the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+import numpy as np
+import torch
+
+from minisgl.attention.utils import ints_to_device
+from minisgl.core import Batch, Drafts, Req, SamplingParams
+from minisgl.engine.engine import Engine
+from minisgl.scheduler.cache import CacheManager
+from minisgl.spec import SpecConfig, SpecStats, make_proposer, verify_batch
+
+
+def can_speculate(params: SamplingParams) -> bool:
+    """Whether a request's drafts can be verified here. Not when its token is more than a draw from the model's
+    distribution after temperature, top-k and top-p: logit processors (penalties, logit_bias, min_tokens), min_p,
+    a grammar (checked by draft_lengths) or log-probabilities (returned for sampled tokens only). Nor a seeded
+    sample, whose draws depend on (seed, position) so that it is reproducible in any batch: rejection sampling
+    would draw differently. A greedy request ignores its seed."""
+    return not (params.changes_logits or params.logprobs or params.min_p > 0
+                or (params.seed is not None and not params.is_greedy))
+
+
+class Speculation:
+    """The proposer of draft tokens, and what speculation did so far (stats)."""
+
+    def __init__(self, config: SpecConfig, engine: Engine, cache: CacheManager) -> None:
+        self.config = config
+        self.engine, self.cache = engine, cache
+        self.proposer = make_proposer(config, engine)
+        engine.capture_verify_graphs(config.num_tokens)
+        self.stats = SpecStats()
+
+    def draft_lengths(self, reqs: list[Req], constrained: Container[int]) -> list[int]:
+        """How many drafts each running request may take this step (0: it decodes one token); `constrained`: the
+        uids of the requests with a grammar."""
+        # TODO(ch26): k = self.config.num_tokens for a request that can_speculate(its sampling params) and has no
+        # grammar (its uid not in constrained); capped at remain_len - 1, so that the KV the step writes (the last
+        # token and the drafts) stays below max_device_len - 1, inside what admission reserved, and every token the
+        # step can add fits in max_tokens. 0 for every other request (never below 0).
+        raise NotImplementedError("TODO(ch26): Speculation.draft_lengths")
+
+    def fit_drafts(self, reqs: list[Req], drafts: list[list[int]]) -> list[list[int]]:
+        """Drafts take only pages the pool can give now, beyond those the step needs anyway (one token per row):
+        rows in order keep theirs while they fit, a row that does not fit decodes without drafts. Conservative
+        admission reserved every draft's page already; optimistic admission (chapter 23) may not have."""
+        cache = self.cache
+        room = cache.available_size - cache.slots_for(reqs)
+        fitted = []
+        for req, draft in zip(reqs, drafts):
+            extra = cache.slots_to_grow(req.device_len, req.device_len + len(draft))
+            if extra > room:
+                draft = []
+            else:
+                room -= extra
+            fitted.append(draft)
+        return fitted
+
+    def speculate(self, batch: Batch, constrained: Container[int]) -> Batch:
+        """The decode batch, or the verify batch of its rows when any of them gets drafts. A row's drafts go into
+        its token-pool row after its last token, and its device_len covers them: the pass computes them."""
+        ks = self.draft_lengths(batch.reqs, constrained)
+        if not any(ks):
+            return batch
+        proposer = self.proposer
+        drafts = self.fit_drafts(batch.reqs, proposer.propose(batch.reqs, ks))
+        if not any(drafts):
+            for req, k in zip(batch.reqs, ks):
+                if k:
+                    proposer.accepted(req, 0)  # proposed, then dropped: the draft keeps none of its guesses
+            return batch
+        feed = [v for r, d in zip(batch.reqs, drafts) for j in range(len(d)) for v in (r.table_idx, r.device_len + j)]
+        device = self.engine.device
+        rows, cols = ints_to_device(feed, np.int64, device).view(-1, 2).unbind(1)
+        self.engine.token_pool[rows, cols] = ints_to_device([t for d in drafts for t in d], np.int32, device)
+        for req, draft in zip(batch.reqs, drafts):
+            req.device_len += len(draft)
+        verify = Batch(batch.reqs, "verify")
+        verify.drafts = Drafts(drafts, proposer.draft_probs, ks)
+        return verify
+
+    def verify(self, batch: Batch, ends: list[int]) -> torch.Tensor:
+        """Run a prepared verify batch: every row's gained tokens as a [rows, k + 1] tensor on the CPU, -1 past each
+        row's own. The requests move on by what they gained; the pages of their rejected drafts go back."""
+        drafts, probs, ks = batch.drafts
+        gained, accepted = verify_batch(self.engine, batch, drafts, probs)
+        for req, end, n, draft, k in zip(batch.reqs, ends, accepted, drafts, ks):
+            self.cache.free_rejected(req, end)
+            if k:
+                self.proposer.accepted(req, n if draft else 0)
+        stats = self.stats
+        stats.verify_steps += 1
+        stats.proposed += sum(len(d) for d in drafts)
+        stats.accepted += sum(accepted)
+        width = max(len(g) for g in gained)
+        return torch.tensor([g + [-1] * (width - len(g)) for g in gained], dtype=torch.int64)
+
+    def release(self, req: Req) -> None:
+        """The request gave its row back (finished, aborted or retracted): the proposer forgets what it keeps."""
+        self.proposer.release(req)
+
+    # What every Stage 5 feature of the scheduler offers it (see Scheduler.features).
+    def forget(self, uid: int) -> None:
+        pass  # all it keeps for a request is tied to its row: released with it (release)
+
+    def clear(self) -> None:
+        self.proposer.reset()
+
+    def status(self) -> dict[str, int]:
+        stats = self.stats  # since the scheduler was made
+        return {"verify_steps": stats.verify_steps, "draft_tokens_proposed": stats.proposed,
+                "draft_tokens_accepted": stats.accepted}
