@@ -928,7 +928,9 @@ def test_abort_request_ends_a_stream_with_abort(server):
     try:
         with ThreadPoolExecutor(1) as pool:
             streamed = pool.submit(stream)
-            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler")
+            # A stream that could not start fails the test at once with its error (the HTTP status and body).
+            health_until(server.url, lambda s: s.get("waiting") == 1, "the request reaches the scheduler",
+                         check=lambda: streamed.done() and streamed.result())
             step_until(server.url, lambda s: s["running"] == 1, "the request decodes")
             assert first.wait(120), "the stream's first event never came"
             if not chunks:
