@@ -246,8 +246,16 @@ class QueueFrontend(FakeFrontend):
 
 
 def run_complete(replies: list, request=None, **body):
+    """OpenAIServing.handle on a request of these fields, the workers answering `replies`. The message it submits is
+    a plain one, not to_tokenize_msg's (a stub of its own, tested above): handle's tests need only handle."""
+    from unittest import mock
+
+    from minisgl.core import SamplingParams
+    from minisgl.message import TokenizeMsg
+
     frontend = QueueFrontend(replies)
-    response = asyncio.run(serving(False, frontend, **body).handle(request or FakeRequest()))
+    with mock.patch("minisgl.server.serving.to_tokenize_msg", lambda uid, req: TokenizeMsg(uid, "x", SamplingParams())):
+        response = asyncio.run(serving(False, frontend, **body).handle(request or FakeRequest()))
     return response, frontend
 
 
