@@ -22,11 +22,13 @@ import pytest
 
 from helpers import CHAT, TEXTS, health_until, hf_greedy, hold, model_path, step_until, tokenizer
 from minisgl.message import UserReply
-from minisgl.server.api_server import Completion, events
+from minisgl.server.errors import APIError
 from minisgl.server.local import LocalServer
-from minisgl.server.protocol import NOT_SUPPORTED, APIError, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
+from minisgl.server.protocol import NOT_SUPPORTED, ChatCompletionRequest, CompletionRequest, to_tokenize_msg
+from minisgl.server.serving_chat import OpenAIServingChat
+from minisgl.server.serving_completions import OpenAIServingCompletion
 
-SERVER_STUBS = ("to_tokenize_msg", "complete", "events")
+SERVER_STUBS = ("to_tokenize_msg", "OpenAIServing.handle", "OpenAIServing.events")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -141,18 +143,24 @@ class FakeFrontend:
         self.finished.append(uid)
 
 
+def serving(chat: bool, frontend=None, model: str = "m", **body):
+    """The endpoint's serving object for one request with these fields."""
+    if chat:
+        return OpenAIServingChat(frontend, model, ChatCompletionRequest(messages=[{"role": "user", "content": "x"}],
+                                                                        **body))
+    return OpenAIServingCompletion(frontend, model, CompletionRequest(prompt="x", **body))
+
+
 def run_events(replies: list, chat: bool, include_usage: bool, request=None):
     frontend, queue = FakeFrontend(), asyncio.Queue()
     first, *rest = replies
-    body = {"stream": True, "stream_options": {"include_usage": include_usage}}
-    req = (ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], **body) if chat
-           else CompletionRequest(prompt="x", **body))
+    shape = serving(chat, frontend, stream=True, stream_options={"include_usage": include_usage})
 
     async def collect():
         for r in rest:
             queue.put_nowait(r)
         out = []
-        async for event in events(frontend, 4, queue, first, Completion(chat, "m"), request or FakeRequest(), req):
+        async for event in shape.events(4, queue, first, request or FakeRequest()):
             out.append(event)
         return out
 
@@ -167,7 +175,7 @@ def parse(writes: list[str]) -> list:
     return [e[6:] if e[6:] == "[DONE]" else json.loads(e[6:]) for e in events_]
 
 
-@pytest.mark.stubs("events")
+@pytest.mark.stubs("OpenAIServing.events")
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 def test_the_event_stream_carries_text_reason_usage_and_done(chat):
     replies = [UserReply(4, "Hel", False, None, 5, 1), UserReply(4, "", False, None, 5, 2),
@@ -191,7 +199,7 @@ def test_the_event_stream_carries_text_reason_usage_and_done(chat):
     assert all("usage" not in c for c in parse(without)[:-1]), "no usage chunk unless include_usage"
 
 
-@pytest.mark.stubs("events")
+@pytest.mark.stubs("OpenAIServing.events")
 def test_replies_that_wait_together_go_out_in_one_write_one_event_each():
     """Under load a stream finds several replies in its queue: they leave in one write (one trip through Starlette,
     h11 and the socket), but each is still its own event, so a client sees every token."""
@@ -207,16 +215,16 @@ def test_replies_that_wait_together_go_out_in_one_write_one_event_each():
 
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 def test_a_text_event_is_byte_for_byte_the_chunk_it_stands_for(chat):
-    """Completion.text_event encodes only the text into a template made once per request: its bytes must be those
-    of json.dumps of the whole chunk, for any text."""
-    from minisgl.server.api_server import sse
+    """OpenAIServing.text_event encodes only the text into a template made once per request: its bytes must be
+    those of json.dumps of the whole chunk, for any text."""
+    from minisgl.server.serving import sse
 
-    shape = Completion(chat, 'm"odel\u00e9')
+    shape = serving(chat, model='m"odel\u00e9')
     for text in ["", " word", 'say "hi"\n', "\\ back", "caf\u00e9 \u4f60\u597d \U0001f44d", "\x00\x1f\u2028", "\ufffd"]:
         assert shape.text_event(text) == sse(shape.chunk(text, None)), f"text {text!r}"
 
 
-@pytest.mark.stubs("events")
+@pytest.mark.stubs("OpenAIServing.events")
 def test_a_client_that_leaves_aborts_its_request():
     out, frontend = run_events([UserReply(4, "a", False, None, 5, 1)], chat=False, include_usage=False,
                                request=FakeRequest(gone_after=2))
@@ -225,29 +233,35 @@ def test_a_client_that_leaves_aborts_its_request():
 
 
 class QueueFrontend(FakeFrontend):
-    """submit() hands out a queue already holding the replies the workers would send."""
+    """submit() fills the request's queue with the replies the workers would send; every uid is 7."""
 
     def __init__(self, replies: list) -> None:
         super().__init__()
         self.replies = replies
 
-    def submit(self, req, rid=None):
-        queue = asyncio.Queue()
+    def new_uid(self) -> int:
+        return 7
+
+    def submit(self, msg, rid, queue, stream) -> None:
         for r in self.replies:
             queue.put_nowait(r)
-        return 7, queue
 
 
 def run_complete(replies: list, request=None, **body):
-    from minisgl.server.api_server import complete
+    """OpenAIServing.handle on a request of these fields, the workers answering `replies`. The message it submits is
+    a plain one, not to_tokenize_msg's (a stub of its own, tested above): handle's tests need only handle."""
+    from unittest import mock
+
+    from minisgl.core import SamplingParams
+    from minisgl.message import TokenizeMsg
 
     frontend = QueueFrontend(replies)
-    req = CompletionRequest(prompt="x", **body)
-    response = asyncio.run(complete(frontend, req, request or FakeRequest(), "m"))
+    with mock.patch("minisgl.server.serving.to_tokenize_msg", lambda uid, req: TokenizeMsg(uid, "x", SamplingParams())):
+        response = asyncio.run(serving(False, frontend, **body).handle(request or FakeRequest()))
     return response, frontend
 
 
-@pytest.mark.stubs("complete")
+@pytest.mark.stubs("OpenAIServing.handle")
 def test_complete_answers_one_body_or_refuses_before_any_response():
     from minisgl.message import ErrorReply
 
@@ -272,7 +286,7 @@ def test_complete_answers_one_body_or_refuses_before_any_response():
 def test_a_bad_reply_frame_does_not_stop_the_front_ends_receiver():
     """The thread that reads the workers' replies skips a frame that does not decode and goes on."""
     from minisgl.message import MessageError
-    from minisgl.server.api_server import Frontend
+    from minisgl.server.frontend import Frontend
 
     class Replies:
         def __init__(self):
@@ -312,7 +326,7 @@ def test_the_reply_thread_outlives_its_event_loop_quietly():
     reply thread without an "Event loop is closed" error."""
     import queue
 
-    from minisgl.server.api_server import Frontend
+    from minisgl.server.frontend import Frontend
 
     class Replies:
         def __init__(self):
@@ -350,11 +364,11 @@ def test_the_reply_thread_outlives_its_event_loop_quietly():
     assert ended, "the reply thread ends once its event loop is gone"
 
 
-@pytest.mark.stubs("events", "complete")
+@pytest.mark.stubs("OpenAIServing.events", "OpenAIServing.handle")
 def test_a_stream_cut_by_a_dead_worker_ends_with_the_503_body():
     """A stream that a worker's death (or a shutdown) ends gets, as its last event before [DONE], the same error a
     request that had not started gets as its 503 body."""
-    from minisgl.server.api_server import WorkerGone
+    from minisgl.server.frontend import WorkerGone
 
     reason = "the server is shutting down: the scheduler process died (exit code -9)"
     out, frontend = run_events([UserReply(4, "a", False, None, 5, 1), WorkerGone(reason)], chat=True,
@@ -369,7 +383,7 @@ def test_a_stream_cut_by_a_dead_worker_ends_with_the_503_body():
     assert chunks[-1] == "[DONE]" and frontend.aborted == [4], f"then [DONE], and the request is aborted: {chunks}"
 
 
-@pytest.mark.stubs("complete")
+@pytest.mark.stubs("OpenAIServing.handle")
 def test_response_ids_are_not_guessable():
     replies = [UserReply(7, "a", True, "length", 3, 1)]
     ids = [json.loads(run_complete(list(replies))[0].body)["id"] for _ in range(3)]
@@ -397,7 +411,8 @@ class FakeWorkers:
 def make_app(api_key: str | None = "s3cret"):
     from fastapi.testclient import TestClient
 
-    from minisgl.server.api_server import Frontend, create_app
+    from minisgl.server.api_server import create_app
+    from minisgl.server.frontend import Frontend
     from minisgl.server.args import ServerArgs
 
     frontend = Frontend(FakeWorkers())
@@ -429,7 +444,7 @@ class VirtualClock(asyncio.SelectorEventLoop):
         return self.now
 
 
-@pytest.mark.stubs("complete")
+@pytest.mark.stubs("OpenAIServing.handle")
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream-still-queued"])
 @pytest.mark.parametrize("api_key", [None, "s3cret"], ids=["no-key", "api-key"])
 def test_a_client_that_leaves_a_waiting_request_aborts_it_within_a_second(stream, api_key):
@@ -696,7 +711,8 @@ def test_bad_requests_get_an_openai_error_and_the_server_goes_on(server, body, s
 def test_models_and_api_key():
     from fastapi.testclient import TestClient
 
-    from minisgl.server.api_server import Frontend, create_app
+    from minisgl.server.api_server import create_app
+    from minisgl.server.frontend import Frontend
     from minisgl.server.args import ServerArgs
 
     args = ServerArgs(str(model_path("smollm2")), api_key="s3cret")

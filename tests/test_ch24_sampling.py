@@ -652,9 +652,11 @@ def entry(token: str, logprob: float):
 
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 def test_a_whole_answer_has_n_choices_and_openais_logprobs(chat):
-    from minisgl.server.api_server import Completion
+    from minisgl.server.serving_chat import OpenAIServingChat
+    from minisgl.server.serving_completions import OpenAIServingCompletion
 
-    shape = Completion(chat, "m")
+    shape = (OpenAIServingChat(None, "m", ChatCompletionRequest(messages=[{"role": "user", "content": "q"}], n=2))
+             if chat else OpenAIServingCompletion(None, "m", CompletionRequest(prompt="q", n=2)))
     last = [UserReply(1, "", True, "length", 5, 2), UserReply(2, "", True, "stop", 5, 3)]
     body = shape.full(["ab", "c"], last, [[entry("a", -1.0), entry("b", -2.0)], None])
     assert [c["index"] for c in body["choices"]] == [0, 1]
@@ -677,7 +679,7 @@ def test_a_whole_answer_has_n_choices_and_openais_logprobs(chat):
 
 
 def test_a_stream_of_two_choices_names_each_and_ends_after_both():
-    from minisgl.server.api_server import Completion, events
+    from minisgl.server.serving_chat import OpenAIServingChat
 
     class Frontend:
         def __init__(self):
@@ -703,7 +705,8 @@ def test_a_stream_of_two_choices_names_each_and_ends_after_both():
     async def collect():
         for r in replies[1:]:
             queue.put_nowait(r)
-        return [e async for e in events(frontend, [7, 8], queue, replies[0], Completion(True, "m"), Request(), req)]
+        shape = OpenAIServingChat(frontend, "m", req)
+        return [e async for e in shape.events([7, 8], queue, replies[0], Request())]
 
     raw = "".join(asyncio.run(collect()))
     chunks = [e[6:] for e in raw.strip().split("\n\n")]
@@ -731,7 +734,8 @@ def test_a_stream_of_two_choices_names_each_and_ends_after_both():
     ({"min_tokens": 20, "max_tokens": 16}, "min_tokens"), ({"best_of": 2}, "best_of"),
 ], ids=lambda v: json.dumps(v) if isinstance(v, dict) else v)
 def test_bad_sampling_fields_are_a_400_naming_them(fields, param):
-    from minisgl.server.protocol import APIError, CompletionRequest, to_tokenize_msg
+    from minisgl.server.errors import APIError
+    from minisgl.server.protocol import CompletionRequest, to_tokenize_msg
 
     with pytest.raises(APIError) as refused:
         to_tokenize_msg(0, CompletionRequest(**({"prompt": "hi"} | fields)))

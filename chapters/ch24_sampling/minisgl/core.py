@@ -59,9 +59,9 @@ class SamplingParams:
             self.seed = _integer("seed", self.seed, minimum=0)
             if self.seed >= 2**63:
                 raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        self._validate_chapter_24()
+        self._validate_sampling_api()
 
-    def _validate_chapter_24(self) -> None:
+    def _validate_sampling_api(self) -> None:
         """The ranges OpenAI (penalties, logit_bias, top_logprobs) and vLLM (the others) accept. Token ids of
         logit_bias are checked against the vocabulary by Engine.check_request, which knows it."""
         for name in ("presence_penalty", "frequency_penalty"):

@@ -63,9 +63,10 @@ class SamplingParams:
             self.seed = _integer("seed", self.seed, minimum=0)
             if self.seed >= 2**63:
                 raise ValueError(f"seed must be below 2**63, got {self.seed}")
-        self._validate_chapter_24()
+        self._validate_sampling_api()
+        self._validate_grammar()
 
-    def _validate_chapter_24(self) -> None:
+    def _validate_sampling_api(self) -> None:
         """The ranges OpenAI (penalties, logit_bias, top_logprobs) and vLLM (the others) accept. Token ids of
         logit_bias are checked against the vocabulary by Engine.check_request, which knows it."""
         for name in ("presence_penalty", "frequency_penalty"):
@@ -100,9 +101,8 @@ class SamplingParams:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs=True")
         self.n = _integer("n", self.n, minimum=1)
-        self._validate_chapter_25()
 
-    def _validate_chapter_25(self) -> None:
+    def _validate_grammar(self) -> None:
         """A grammar is text; whether it compiles is for the grammar cache, which knows the tokenizer."""
         given = [name for name in GRAMMAR_KINDS if getattr(self, name) is not None]
         for name in given:

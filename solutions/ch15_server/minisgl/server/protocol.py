@@ -1,4 +1,4 @@
-"""The OpenAI API's request bodies, its error format, and the step from a request to a TokenizeMsg.
+"""The OpenAI API's request bodies, and the step from a request to a TokenizeMsg (or an APIError naming the field).
 
 Requests are parsed strictly (a string is not a number, a bool is not an integer) and unknown fields are refused:
 a parameter the engine would ignore is a 400 naming it, never dropped in silence. Parameters OpenAI defines but
@@ -17,18 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from minisgl.core import SamplingParams
 from minisgl.message import TokenizeMsg
-
-
-class APIError(Exception):
-    """An error the client gets as {"error": {"message", "type", "param", "code"}} with an HTTP status."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+from minisgl.server.errors import APIError
 
 
 class Strict(BaseModel):
