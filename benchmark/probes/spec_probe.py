@@ -102,14 +102,42 @@ def measure(llm: LLM, prompts, tokens: int, repeat: int, plain: list[list[int]] 
         walls.append(wall)
         same &= plain is None or outs == plain
     steps = sum(phase != "prefill" for phase, _ in sched.history)  # of the last run (generate clears the history)
-    forward_ms = forward_times(llm, prompts, tokens) if llm.engine.device.type == "cuda" else {}
+    on_cuda = llm.engine.device.type == "cuda"
+    forward_ms = forward_times(llm, prompts, tokens) if on_cuda else {}
+    host = {} if on_cuda else host_times(llm, prompts, tokens)
     stats = spec.stats if spec is not None else SpecStats()
     rate = len(prompts) * tokens
     return {"tok_s": rate / statistics.median(walls), "tok_s_min": rate / max(walls), "tok_s_max": rate / min(walls),
             "runs": repeat, "steps": steps, "step_ms": 1e3 * (statistics.median(walls) - prefill) / max(steps, 1),
             "tokens_per_step": (tokens - 1) / max(steps, 1), "verify_steps": stats.verify_steps // repeat,
             "proposed": stats.proposed // repeat, "accepted": stats.accepted // repeat,
-            "acceptance": stats.acceptance_rate, "same_answers_as_plain": same, "forward_ms": forward_ms}
+            "acceptance": stats.acceptance_rate, "same_answers_as_plain": same, "forward_ms": forward_ms, **host}
+
+
+def host_times(llm: LLM, prompts, tokens: int) -> dict[str, float]:
+    """On the CPU: the calling thread's CPU time per step (ms, one more run), in the model's forward passes and
+    outside them. Outside is the host work a GPU would have to hide (scheduling, proposing, accepting, recording);
+    thread time, unlike wall time, does not grow when other processes share the cores. Run with
+    MINISGL_CPU_THREADS=1, so that the forward's own work stays on this thread."""
+    engine, spent = llm.engine, [0.0]
+    forward = engine.forward_logits
+
+    def timed(batch):
+        t0 = time.thread_time()
+        try:
+            return forward(batch)
+        finally:
+            spent[0] += time.thread_time() - t0
+
+    engine.forward_logits = timed
+    try:
+        t0 = time.thread_time()
+        one_run(llm, prompts, tokens)
+        total = time.thread_time() - t0
+    finally:
+        engine.forward_logits = forward
+    steps = max(len(llm.scheduler.history), 1)  # the prefill's included: the same in every method
+    return {"host_cpu_ms": 1e3 * (total - spent[0]) / steps, "forward_cpu_ms": 1e3 * spent[0] / steps}
 
 
 def forward_times(llm: LLM, prompts, tokens: int) -> dict[str, float]:

@@ -110,8 +110,7 @@ class Speculation:
         stats.verify_steps += 1
         stats.proposed += sum(len(d) for d in drafts)
         stats.accepted += sum(accepted)
-        width = max(len(g) for g in gained)
-        return torch.tensor([g + [-1] * (width - len(g)) for g in gained], dtype=torch.int64)
+        return gained
 
     def release(self, req: Req) -> None:
         """The request gave its row back (finished, aborted or retracted): the proposer forgets what it keeps."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
+import numpy as np
 import torch
 
 from minisgl.core import Batch, SamplingParams
@@ -83,59 +85,87 @@ def target_probs(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torc
     """logits [R, positions, vocab] of R sampled rows -> float32 probabilities after each row's temperature, top-k
     and top-p: the distribution the engine's sampler draws a row's token from (engine/sample.py)."""
     rows, positions, vocab = logits.shape
-    device = logits.device
-    temps = torch.tensor([p.temperature for p in params], device=device).repeat_interleave(positions)
-    top_k = torch.tensor([p.top_k for p in params], device=device).repeat_interleave(positions)
-    top_p = torch.tensor([p.top_p for p in params], device=device).repeat_interleave(positions)
-    flat = top_k_top_p_filter(logits.reshape(-1, vocab).float() / temps[:, None], top_k, top_p)
+    # One copy to the device that does not wait for it (a torch.tensor made on the GPU would wait for the pass).
+    temps, top_k, top_p = torch.from_numpy(np.array([(p.temperature, p.top_k, p.top_p) for p in params],
+                                                    dtype=np.float32).T.copy()).to(logits.device, non_blocking=True)
+    each = lambda t: t.repeat_interleave(positions)  # noqa: E731  one value per position of the row
+    flat = top_k_top_p_filter(logits.reshape(-1, vocab).float() / each(temps)[:, None], each(top_k).long(),
+                              each(top_p))
     return flat.softmax(dim=-1).view(rows, positions, vocab)
 
 
+def decide_rows(logits: torch.Tensor, sampled: torch.Tensor, batch: Batch, drafts: list[list[int]],
+                draft_probs: list[torch.Tensor | None], generator: torch.Generator) -> torch.Tensor:
+    """Every row's accepted drafts and next token, [2, rows] int64 on the device, from a verify pass's logits [tokens,
+    vocab] and the ordinary sampler's token of each row [rows] (a row without drafts keeps it). Nothing is read back
+    from the device: the host sends, in one copy, what it knows (where each row's positions are, its drafts)."""
+    lens = [len(d) for d in drafts]
+    spec = [i for i, n in enumerate(lens) if n]  # the rows with drafts
+    k = max(lens)
+    # Per row with drafts: its positions start .. start + k among the batch's tokens (a shorter row repeats its last
+    # one: masked by its length), its drafts padded with -1; then the draft counts, then the rows' places.
+    ends = list(accumulate(n + 1 for n in lens))
+    flat = [ends[i] - lens[i] - 1 + min(j, lens[i]) for i in spec for j in range(k + 1)]
+    for i in spec:
+        flat += drafts[i] + [-1] * (k - lens[i])
+    flat += [lens[i] for i in spec] + spec
+    sent = torch.tensor(flat, dtype=torch.int64).to(logits.device, non_blocking=True)  # one copy, no wait
+    s = len(spec)
+    index, padded, row_lens, rows = sent.split([s * (k + 1), s * k, s, s])
+    index, padded = index.view(s, k + 1), padded.view(s, k)
+    greedy = [batch.reqs[i].sampling_params.is_greedy for i in spec]
+    if all(greedy) and s == len(drafts):  # the usual step: no row keeps the sampler's token
+        target = logits[index].argmax(dim=-1)  # [rows, k + 1]
+        n = accept_greedy(padded, target, row_lens)
+        return torch.stack([n, target.gather(1, n[:, None])[:, 0]])
+    counts = torch.zeros(len(drafts), dtype=torch.int64, device=logits.device)
+    next_tokens = sampled.to(torch.int64)
+    greedy = np.array(greedy)
+    for group in (np.flatnonzero(greedy), np.flatnonzero(~greedy)):  # places in spec
+        if not len(group):
+            continue
+        sel = slice(None) if len(group) == s else torch.from_numpy(group).to(logits.device, non_blocking=True)
+        row_logits, row_drafts, n_drafts = logits[index[sel]], padded[sel], row_lens[sel]  # [G, k + 1, vocab]
+        if greedy[group[0]]:
+            target = row_logits.argmax(dim=-1)
+            n = accept_greedy(row_drafts, target, n_drafts)
+            nxt = target.gather(1, n[:, None])[:, 0]
+        else:
+            members = [spec[j] for j in group]
+            p = target_probs(row_logits, [batch.reqs[i].sampling_params for i in members])
+            q = draft_q([draft_probs[i] for i in members], row_drafts, p.shape[-1])
+            n, nxt = accept_rejection(row_drafts, n_drafts, p, q, generator)
+        counts[rows[sel]] = n
+        next_tokens[rows[sel]] = nxt
+    return torch.stack([counts, next_tokens])
+
+
 def verify_batch(engine: Engine, batch: Batch, drafts: list[list[int]],
-                 draft_probs: list[torch.Tensor | None]) -> tuple[list[list[int]], list[int]]:
-    """Run a prepared verify batch on the target and decide every row: (the tokens each row gains, in order, and
-    how many of its drafts were accepted). Rows without drafts gain the token the ordinary sampler picked for them.
+                 draft_probs: list[torch.Tensor | None]) -> tuple[torch.Tensor, list[int]]:
+    """Run a prepared verify batch on the target and decide every row: (the tokens each row gains, [rows, k + 1] on
+    the host, -1 past a row's own, and how many of its drafts were accepted). Rows without drafts gain the token the
+    ordinary sampler picked for them. The host waits for the device once, for the counts and the tokens together.
     The requests' state is brought up to date (Engine.complete_verify); their rejected pages are not freed here."""
     logits, sampled = engine.forward_verify(batch)  # [tokens of the batch, vocab], [rows]
-    lens = [len(d) for d in drafts]
-    k = max(lens)
-    counts = torch.zeros(len(lens), dtype=torch.long, device=logits.device)
-    next_tokens = sampled.long()
-    starts, start = [], 0
-    for n in lens:
-        starts.append(start)
-        start += n + 1
-    spec = [i for i, n in enumerate(lens) if n > 0]
-    greedy = [i for i in spec if batch.reqs[i].sampling_params.is_greedy]
-    for group in (greedy, [i for i in spec if i not in greedy]):
-        if not group:
-            continue
-        # positions start .. start + k of each row (a shorter row repeats its last one: masked by its length)
-        index = torch.tensor([[starts[i] + min(j, lens[i]) for j in range(k + 1)] for i in group], device=logits.device)
-        rows = torch.tensor(group, device=logits.device)
-        padded = torch.tensor([drafts[i] + [-1] * (k - lens[i]) for i in group], device=logits.device)
-        row_lens = torch.tensor([lens[i] for i in group], device=logits.device)
-        if group is greedy:
-            target = logits[index].argmax(dim=-1)  # [G, k + 1]
-            n = accept_greedy(padded, target, row_lens)
-            nxt = target.gather(1, n[:, None]).squeeze(1)
-        else:
-            p = target_probs(logits[index], [batch.reqs[i].sampling_params for i in group])
-            q = torch.stack([_draft_q(draft_probs[i], drafts[i], k, p.shape[-1], p.device) for i in group])
-            n, nxt = accept_rejection(padded, row_lens, p, q, engine.sampler.generator)
-        counts[rows], next_tokens[rows] = n, nxt
-    accepted, tokens = torch.stack([counts, next_tokens]).tolist()  # the host waits here: the lengths depend on it
-    engine.complete_verify(batch, accepted, next_tokens)
-    gained = [d[:n] + [t] for d, n, t in zip(drafts, accepted, tokens)]
-    return gained, accepted
+    if not any(drafts):
+        raise ValueError("a verify batch needs a row with drafts")
+    decided = decide_rows(logits, sampled, batch, drafts, draft_probs, engine.sampler.generator)
+    accepted, tokens = decided.tolist()  # the step's one wait for the device
+    engine.complete_verify(batch, accepted, decided[1])
+    width = max(map(len, drafts)) + 1
+    gained = [d[:n] + [t] + [-1] * (width - n - 1) for d, n, t in zip(drafts, accepted, tokens)]
+    return torch.tensor(gained, dtype=torch.int64), accepted
 
 
-def _draft_q(probs: torch.Tensor | None, drafts: list[int], k: int, vocab: int, device) -> torch.Tensor:
-    """q of one row as [k, vocab] float32: the proposer's rows, or one-hot rows for drafts that were point masses;
-    rows past the drafts are zeros (never read: masked by the row's length)."""
-    q = torch.zeros(k, vocab, dtype=torch.float32, device=device)
-    if probs is not None:
-        q[: len(drafts)] = probs.float()
-    else:
-        q[torch.arange(len(drafts), device=device), torch.tensor(drafts, dtype=torch.long, device=device)] = 1.0
+def draft_q(probs: list[torch.Tensor | None], drafts: torch.Tensor, vocab: int) -> torch.Tensor:
+    """q of sampled rows as [rows, k, vocab] float32, from their drafts [rows, k] (-1 past a row's own): the
+    proposer's rows, or one-hot rows for drafts that were point masses; rows past the drafts are zeros (never read:
+    masked by the row's length)."""
+    rows, k = drafts.shape
+    q = torch.zeros(rows, k, vocab, dtype=torch.float32, device=drafts.device)
+    points = (drafts >= 0).float()  # a point mass on each draft; padding gets nothing
+    q.scatter_(2, drafts.clamp(min=0)[:, :, None], points[:, :, None])
+    for j, row in enumerate(probs):
+        if row is not None:
+            q[j, : len(row)] = row.float()
     return q
