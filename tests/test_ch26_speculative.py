@@ -8,9 +8,11 @@ answers whose joint distribution is the model's; the server's flags."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import random
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -121,6 +123,120 @@ def test_accept_greedy_counts_the_matching_prefix_of_each_rows_own_drafts():
                 want += 1
             assert int(got[b]) == want, (f"trial {trial}, row {b}: drafts {drafts[b].tolist()} (its {int(lens[b])} "
                                          f"are real), target {target[b].tolist()}: accepted {int(got[b])}, expected {want}")
+
+
+class HostRead(AssertionError):
+    """A tensor's value was read by the host where the device should decide alone."""
+
+
+READS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__")
+
+
+@contextlib.contextmanager
+def host_reads(forbid: bool) -> Iterator[list[str]]:
+    """Record every read of a tensor's value by the host (.item(), .tolist(), int(t), if t: ...) inside the block;
+    with `forbid`, the first one raises HostRead. On a GPU each such read waits for the device: acceptance that
+    reads per row or per token stalls the step once per read instead of once."""
+    seen: list[str] = []
+    saved = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def spy(name):
+        def read(self, *args, **kwargs):
+            seen.append(name)
+            if forbid:
+                raise HostRead(f"Tensor.{name} read a tensor of shape {tuple(self.shape)} back to the host")
+            return saved[name](self, *args, **kwargs)
+        return read
+
+    for name in READS:
+        setattr(torch.Tensor, name, spy(name))
+    try:
+        yield seen
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+def acceptance_inputs(seed: int = 3, rows: int = 6, k: int = 4, vocab: int = 7):
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, 3, (rows, k + 1), generator=g)
+    drafts = torch.where(torch.rand(rows, k, generator=g) < 0.7, target[:, :k], torch.randint(0, 3, (rows, k), generator=g))
+    lens = torch.randint(0, k + 1, (rows,), generator=g)
+    p = torch.rand(rows, k + 1, vocab, generator=g).softmax(-1)
+    q = torch.rand(rows, k, vocab, generator=g).softmax(-1)
+    return drafts, target, lens, p, q
+
+
+def per_row_accept_greedy(drafts, target_tokens, draft_lens):
+    """A learner's correct but host-bound accept_greedy: a loop over rows that reads every comparison back."""
+    counts = []
+    for b in range(drafts.shape[0]):
+        n = 0
+        while n < draft_lens[b].item() and drafts[b, n].item() == target_tokens[b, n].item():
+            n += 1
+        counts.append(n)
+    return torch.tensor(counts)
+
+
+@pytest.mark.stubs("accept_greedy", "accept_rejection")
+def test_acceptance_decides_on_the_device_without_reading_a_value_back():
+    drafts, target, lens, p, q = acceptance_inputs()
+    with host_reads(forbid=True):
+        counts = accept_greedy(drafts, target, lens)
+        n, nxt = accept_rejection(drafts, lens, p, q, torch.Generator().manual_seed(0))
+    assert counts.shape == n.shape == nxt.shape == (drafts.shape[0],), "one count and one token per row"
+    # The check catches the realistic slow version: right counts, one host read per comparison.
+    assert per_row_accept_greedy(drafts, target, lens).tolist() == counts.tolist(), "the planted loop is correct"
+    with pytest.raises(HostRead), host_reads(forbid=True):
+        per_row_accept_greedy(drafts, target, lens)
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_verify_step_reads_the_device_once(prompts, reference, sampled, monkeypatch):
+    """Everything a verify step decides (acceptance, greedy and sampled rows, rows without drafts, the new tokens in
+    the token pool) is computed on the device and read back in one go: the forward pass and the ordinary sampler
+    aside, one read per verify step."""
+    from minisgl.scheduler import speculate
+    from minisgl.spec.verify import verify_batch
+
+    llm = make_llm(spec("ngram", 3))
+    sched, engine = llm.scheduler, llm.engine
+    truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
+    sched.speculation.proposer = ScriptedProposer(truth, one_in_three)
+    forward, reads = engine.forward_verify, []
+
+    def forward_unwatched(batch):  # the model and the sampler: the decode step's own reads
+        saved = {name: getattr(torch.Tensor, name) for name in READS}
+        for name, method in ORIGINAL_READS.items():
+            setattr(torch.Tensor, name, method)
+        try:
+            return forward(batch)
+        finally:
+            for name, method in saved.items():
+                setattr(torch.Tensor, name, method)
+
+    def watched(*args):  # the pass, the decisions, the requests moved on (the page bookkeeping after it is host-only)
+        with host_reads(forbid=False) as seen:
+            out = verify_batch(*args)
+        reads.append(list(seen))
+        return out
+
+    engine.forward_verify = forward_unwatched
+    monkeypatch.setattr(speculate, "verify_batch", watched)
+    params = [greedy(), SamplingParams(max_tokens=N, ignore_eos=True, temperature=0.8, top_k=5) if sampled else greedy(),
+              greedy(logprobs=True)]  # the last row never speculates: it keeps the sampler's token
+    for uid, (p, sp) in enumerate(zip(prompts, params)):
+        sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), sp))
+    sched.run_until_idle(sched.check_integrity)
+    assert reads, "no verify step ran"
+    for step, seen in enumerate(reads):
+        assert len(seen) == 1, f"verify step {step} read the device {len(seen)} times ({seen}), expected once"
+    assert_same([sched.finished.pop(0).output_ids], reference[:1], "greedy row beside the others")
+    assert_clean(llm)
+
+
+ORIGINAL_READS = {name: getattr(torch.Tensor, name) for name in READS}
 
 
 # --- speculative sampling: the output is distributed as p -----------------------------------------------------------

@@ -190,7 +190,7 @@ class Engine:
         # TODO(ch26): for each request: cached_len grows by its accepted drafts + 1 (the last token, then the kept
         # drafts, now have KV); device_len is cached_len + 1 (the new token is known, not computed). Then write each
         # row's next token into the token pool at position cached_len, for the requests that may still decode
-        # (req.can_decode), with one indexed write as forward_batch does.
+        # (req.can_decode), with one indexed write as forward_batch does (next_tokens stays on the device: no value read).
         # >>> solution
         for req, n in zip(batch.reqs, accepted):
             req.cached_len += n + 1

@@ -42,8 +42,9 @@ def accept_greedy(drafts: torch.Tensor, target_tokens: torch.Tensor, draft_lens:
     """drafts [B, k] (entries past a row's length are padding), target_tokens [B, k + 1] (the target's argmax at
     each position of the row), draft_lens [B] -> accepted drafts per row [B] (int64): the longest prefix of each
     row's own drafts that equals the target's tokens position by position."""
-    # TODO(ch26): vectorised, no loop over rows: draft i of a row is kept while it equals target_tokens[:, i] and
-    # i < the row's draft length, and every draft before it was kept; count the kept ones per row.
+    # TODO(ch26): vectorised, no loop over rows and no value read back to the host (.item(), .tolist(), int(t), if t:
+    # each waits for the device): draft i of a row is kept while it equals target_tokens[:, i] and i < the row's
+    # draft length, and every draft before it was kept; count the kept ones per row.
     # >>> solution
     k = drafts.shape[1]
     within = torch.arange(k, device=drafts.device)[None, :] < draft_lens[:, None]
@@ -62,7 +63,7 @@ def accept_rejection(drafts: torch.Tensor, draft_lens: torch.Tensor, p: torch.Te
     # u * q(x_i) < p(x_i) (probability min(1, p/q); never when p(x_i) = 0) and i < the row's draft length, and
     # every draft before it was kept; n = the kept count. The next token is sampled (torch.multinomial, same
     # generator) from normalise(max(p[n] - q[n], 0)) if n < the row's draft length, else from p[n] (the bonus
-    # token after a fully accepted run). Vectorised over rows.
+    # token after a fully accepted run). Vectorised over rows, nothing read back to the host.
     # >>> solution
     rows, k = drafts.shape
     index = torch.arange(rows, device=p.device)
