@@ -7,7 +7,8 @@
 Runs on the final reference tree. A batch of --batch requests generates --tokens tokens each (ignore_eos, greedy);
 each setting runs --repeat times after one warm-up run. Reported per setting: output tokens/s (median, min, max of
 the runs' wall time, the prefill included), verify steps, draft tokens proposed and accepted, and whether the
-answers equal those of decoding without speculation.
+answers equal those of decoding without speculation; on a GPU the forward's own time by phase (CUDA events), on the
+CPU the host's CPU time per step inside and outside the forward passes (run with MINISGL_CPU_THREADS=1).
 
 Methods: "none" (plain decoding, CUDA graphs where the engine has them), "ngram" and "draft" (the chapter's
 proposers; "draft" takes --draft-model), and "replay" at each of --replay-rates: the drafts are the answer plain
