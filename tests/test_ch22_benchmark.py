@@ -29,7 +29,7 @@ if not ON_CUDA:
 from benchmark import bench, report  # noqa: E402
 from benchmark.machine import describe_state, machine_state  # noqa: E402
 from benchmark.runs import Measured, measure, spread  # noqa: E402
-from helpers import hf_greedy, hf_model, model_path, needs_triton  # noqa: E402
+from helpers import assert_close, hf_greedy, hf_model, model_path, needs_triton  # noqa: E402
 from minisgl.benchmark.driver import RunOutput, run_ours  # noqa: E402
 from minisgl.benchmark.metrics import RequestTrace, TokenClock, request_latencies, summarize  # noqa: E402
 from minisgl.benchmark.random_model import QWEN3_0_6B  # noqa: E402
@@ -1031,3 +1031,127 @@ def test_packed_linear_matches_f_linear_and_follows_its_weight():
         cpu_gemm.ENABLED = saved
     half = torch.randn(4, 32, dtype=torch.float16)  # a dtype it does not pack: F.linear
     assert torch.equal(gemm(half, w2.half()), F.linear(half, w2.half()))
+
+
+def _paged_problem(lengths, heads, dim, dtype, seed=0, width=48):
+    """Requests whose keys and values sit at scattered slots of a paged cache: (q, k_cache, v_cache, page_table,
+    rows, lens); row i of the table belongs to request rows[i], which is not row i."""
+    gen = torch.Generator().manual_seed(seed)
+    hq, hkv = heads
+    slots = sum(lengths) + 40
+    k_cache = torch.randn(slots, hkv, dim, generator=gen).to(dtype)
+    v_cache = torch.randn(slots, hkv, dim, generator=gen).to(dtype)
+    page_table = torch.full((len(lengths) + 2, width), slots - 1, dtype=torch.int32)  # padding points at junk
+    perm = torch.randperm(slots, generator=gen).to(torch.int32)
+    rows = torch.randperm(len(lengths) + 2, generator=gen)[: len(lengths)]
+    start = 0
+    for row, n in zip(rows.tolist(), lengths):
+        page_table[row, :n] = perm[start : start + n]
+        start += n
+    q = torch.randn(len(lengths), hq, dim, generator=gen).to(dtype)
+    return q, k_cache, v_cache, page_table, rows, torch.tensor(lengths, dtype=torch.int32)
+
+
+def _decode_reference(q, k_cache, v_cache, page_table, rows, lens):
+    """float64 softmax(q k^T / sqrt(d)) v of every request over its own slots, the kv heads repeated by hand."""
+    out = []
+    group = q.shape[1] // k_cache.shape[1]
+    for i, (row, n) in enumerate(zip(rows.tolist(), lens.tolist())):
+        slots = page_table[row, :n].long()
+        k = k_cache[slots].double().repeat_interleave(group, 1)  # [n, Hq, D]
+        v = v_cache[slots].double().repeat_interleave(group, 1)
+        scores = torch.einsum("hd,nhd->hn", q[i].double(), k) / q.shape[-1] ** 0.5
+        out.append(torch.einsum("hn,nhd->hd", scores.softmax(-1), v))
+    return torch.stack(out)
+
+
+def _cpu_attention():
+    from minisgl.kernel import cpu_attention
+
+    if cpu_attention.library() is None:
+        pytest.skip("no C compiler here: the CPU decode kernel cannot be built (the torch path runs instead)")
+    return cpu_attention
+
+
+@pytest.mark.parametrize("dtype,bound", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("heads,dim", [((9, 3), 64), ((4, 2), 32), ((2, 2), 16)])
+def test_cpu_decode_kernel_reads_the_paged_cache_like_float64(dtype, bound, heads, dim):
+    cpu_attention = _cpu_attention()
+    lengths = [1, 48, 17, 5]  # one token only, a full table row, and two between
+    q, k_cache, v_cache, page_table, rows, lens = _paged_problem(lengths, heads, dim, dtype)
+    out = cpu_attention.paged_decode_attention(q, k_cache, v_cache, page_table, rows, lens, 48, dim**-0.5)
+    assert out.dtype == dtype and out.shape == q.shape, f"{out.dtype} {tuple(out.shape)}: q's dtype and shape"
+    want = _decode_reference(q, k_cache, v_cache, page_table, rows, lens)
+    for i, n in enumerate(lengths):
+        assert_close(out[i], want[i], bound, f"{dtype} heads {heads} dim {dim}: request {i} ({n} keys)", row="head")
+
+
+def test_cpu_decode_kernel_is_the_torch_backends_decode_on_a_cpu():
+    from minisgl.attention.base import BaseAttnMetadata
+    from minisgl.attention.torch_backend import TorchAttnBackend
+
+    cpu_attention = _cpu_attention()
+    lengths = [7, 30, 2]
+    q, k_cache, v_cache, page_table, rows, lens = _paged_problem(lengths, (4, 2), 32, torch.float32, seed=1)
+    meta = BaseAttnMetadata(cu_seqlens_q=torch.arange(4, dtype=torch.int32), cu_seqlens_k=torch.zeros(4),
+                            seq_lens=lens, cached_lens=lens - 1, table_idx=rows, max_seqlen_q=1,
+                            max_seqlen_k=max(lengths))
+    backend = TorchAttnBackend(None, page_table)
+    calls = []
+    kernel = cpu_attention.paged_decode_attention
+    try:
+        cpu_attention.paged_decode_attention = lambda *args: calls.append(1) or kernel(*args)
+        out = backend.forward_decode(q, k_cache, v_cache, meta, 32**-0.5)
+        assert calls, "on a CPU, float32 decode goes through the kernel"
+        cpu_attention.ENABLED = False
+        torch_path = backend.forward_decode(q, k_cache, v_cache, meta, 32**-0.5)
+        assert len(calls) == 1, "switched off, the backend gathers in torch"
+    finally:
+        cpu_attention.paged_decode_attention, cpu_attention.ENABLED = kernel, True
+    assert_close(out, torch_path, 1e-5, "kernel against the torch path", row="request")
+
+
+def test_cpu_decode_kernel_refuses_what_it_cannot_read():
+    cpu_attention = _cpu_attention()
+    q, k_cache, v_cache, page_table, rows, lens = _paged_problem([3, 4], (2, 1), 16, torch.float32)
+    with pytest.raises(ValueError, match="48 slots"):
+        cpu_attention.paged_decode_attention(q, k_cache, v_cache, page_table, rows, lens, 49, 0.25)
+    with pytest.raises(ValueError, match="int64"):
+        cpu_attention.paged_decode_attention(q, k_cache, v_cache, page_table.long(), rows, lens, 4, 0.25)
+    half = q.half()
+    assert not cpu_attention.applies(half, k_cache.half()), "float16 is not one of the kernel's dtypes"
+    assert not cpu_attention.applies(q, k_cache[::2]), "a cache view that is not contiguous is not read in place"
+
+
+def test_without_a_compiler_the_backend_says_so_once_and_keeps_its_torch_path(tmp_path, monkeypatch, capsys):
+    """A learner's machine may have no C compiler (macOS without Xcode's tools): one line on stderr, then the
+    torch path, with the same answer."""
+    from minisgl.kernel import cpu_attention
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no library an earlier build left behind
+    monkeypatch.setattr(cpu_attention, "_library", None)
+    monkeypatch.setattr(cpu_attention, "_tried", False)
+    q, k_cache, v_cache, page_table, rows, lens = _paged_problem([3, 9], (4, 2), 16, torch.float32, seed=2)
+    assert not cpu_attention.applies(q, k_cache), "no library was built, yet the kernel claims the call"
+    assert not cpu_attention.applies(q, k_cache), "asked again"
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "could not compile" in lines[0], f"expected one line saying so, got {lines}"
+    assert not list(tmp_path.rglob("*.so")), "a failed build left a library behind"
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch-path"])
+def test_cpu_decode_with_and_without_the_kernel_generates_hfs_tokens(tiny_qwen3, kernel, monkeypatch):
+    from minisgl.kernel import cpu_attention
+
+    if kernel:
+        _cpu_attention()
+    calls = []
+    real = cpu_attention.paged_decode_attention
+    monkeypatch.setattr(cpu_attention, "paged_decode_attention", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(cpu_attention, "ENABLED", kernel)
+    workload = [([5, 6, 7, 8, 9], 12), ([10, 11], 9), ([12, 13, 14], 14)]
+    run = run_ours(tiny_qwen3, workload, "ours", device="cpu")
+    assert bool(calls) == kernel, f"kernel {'on' if kernel else 'off'}: {len(calls)} decode calls went through it"
+    for i, ((ids, n), out) in enumerate(zip(workload, run.outputs)):
+        assert out == hf_greedy("tiny-qwen3", ids, n), f"request {i}, kernel {kernel}: {out} differs from HF greedy"
