@@ -117,6 +117,9 @@ def test_messages_in_tokens_out_equal_hf_greedy(overlap):
             f"request {uid}: only its last token is marked finished, got {[m.finished for m in msgs]}"
         assert msgs[-1].finish_reason == "length", f"max_tokens ended it: reason {msgs[-1].finish_reason!r}"
     assert not io.scheduler.finished, "finished requests are sent, not kept: scheduler.finished must be empty"
+    steps = [m for m in io.send.sent if isinstance(m, DetokenizeMsg)]
+    assert len(steps) <= len(io.scheduler.history), \
+        f"a step's tokens travel in one DetokenizeMsg: {len(steps)} messages for {len(io.scheduler.history)} batches"
     assert_all_free(io)
 
 
