@@ -134,6 +134,29 @@ def step_by_hand(io: SchedulerIO) -> None:
 
 
 @pytest.mark.stubs("SchedulerIO.send_results")
+def test_a_step_is_one_message_and_a_finish_reason_marks_the_requests_last_token():
+    """A step in which a request got several tokens (chapter 26's speculative decoding does that): the step is one
+    DetokenizeMsg in the order the tokens were recorded, and the reason of the request that finished sits at its last
+    token, not its first. The state is built through the scheduler's own hooks: on_token and its finished requests."""
+    from types import SimpleNamespace
+
+    io = make_io()
+    done, running = SimpleNamespace(uid=7, finish_reason="length"), SimpleNamespace(uid=8, finish_reason=None)
+    for req, token in [(done, 11), (running, 21), (done, 12), (done, 13), (running, 22)]:
+        io.scheduler.on_token(req, token)
+    io.scheduler.finished[done.uid] = done
+    io.send_results()
+    msgs = [m for m in io.send.sent if isinstance(m, DetokenizeMsg)]
+    assert len(msgs) == 1, f"one DetokenizeMsg for the step, got {len(msgs)}: {msgs}"
+    got = (msgs[0].uids, msgs[0].tokens, msgs[0].finish_reasons)
+    assert got == ([7, 8, 7, 7, 8], [11, 21, 12, 13, 22], ["", "", "", "length", ""]), \
+        f"(uids, tokens, finish_reasons) sent {got}; request 7 finished with its last token, 13"
+    assert not io.scheduler.finished, "the finished request is taken, not kept"
+    io.send_results()
+    assert len([m for m in io.send.sent if isinstance(m, DetokenizeMsg)]) == 1, "a step is sent once, then forgotten"
+
+
+@pytest.mark.stubs("SchedulerIO.send_results")
 def test_each_token_is_sent_with_its_finish_reason():
     io = make_io("smollm2", max_seq_len=128)
     ids = prompt_ids("smollm2", 1)[0]
