@@ -166,8 +166,8 @@ def request_outcome(model, body: dict):
 
 
 @pytest.mark.stubs("to_tokenize_msg")
-@pytest.mark.parametrize("model, fields", [(CompletionRequest, COMPLETION_FIELDS), (ChatCompletionRequest, CHAT_FIELDS)],
-                         ids=["completions", "chat"])
+@pytest.mark.parametrize("model, fields", [(CompletionRequest, COMPLETION_FIELDS),
+                                           (ChatCompletionRequest, CHAT_FIELDS)], ids=["completions", "chat"])
 def test_every_field_of_the_openai_api_is_accepted_with_a_meaning_or_refused_by_name(model, fields):
     """Each field of the API, alone on top of the bare request: refused with a 400 naming it, or accepted; then it
     either reaches the request the engine runs (it changes the TokenizeMsg) or is one the API reference says changes

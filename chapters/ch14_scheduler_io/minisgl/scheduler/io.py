@@ -2,9 +2,9 @@
 
 Requests arrive as UserMsg (already tokenized) and leave as generated tokens, both over ZMQ to the tokenizer process:
 one DetokenizeMsg per step carries every token of the step as arrays, so the scheduler's cost per token is two list
-appends, and the work per token (text, stop strings, replies) is the tokenizer process's. The loop never waits while there is work: it takes whatever messages are queued, runs one
-step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
-tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
+appends, and the work per token (text, stop strings, replies) is the tokenizer process's. The loop never waits
+while there is work: it takes whatever messages are queued, runs one step (with overlap scheduling, launching the
+next batch before the last one's tokens are read), and sends the new tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
 still takes messages but launches no batch, so a test can queue requests first and then let them run together.
 """
 

@@ -2,8 +2,9 @@
 
 Each request gets a uid (it names the request in the messages) and a queue. A TokenizeMsg starts it in the tokenizer
 process; the requests started in one turn of the event loop go out together, in one frame, so a burst of requests
-reaches the scheduler as one batch, as it would offline. A thread receives the replies (one frame per scheduler step) (UserReply pieces, ErrorReply, StatusReply) and hands each to its request's
-queue on the event loop, timing the request on the way (/metrics). A worker that dies, or a shutdown, puts a
+reaches the scheduler as one batch, as it would offline. A thread receives the replies (UserReply pieces, ErrorReply,
+StatusReply; one frame per scheduler step) and hands them to the event loop, one wake-up per frame, which puts each in
+its request's queue, timing the request on the way (/metrics). A worker that dies, or a shutdown, puts a
 WorkerGone in every waiting queue. next_reply and next_replies wait on a queue and notice a client that has left.
 """
 
