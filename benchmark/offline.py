@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import shlex
+import time
 
 
 def _one_run(llm, workload: list[tuple[list[int], int]]) -> dict:
@@ -19,10 +20,15 @@ def _one_run(llm, workload: list[tuple[list[int], int]]) -> dict:
     from minisgl.benchmark.driver import _run_once
     from minisgl.benchmark.metrics import request_latencies
 
+    cpu = time.process_time()
     run = _run_once(llm, workload, "offline", None, llm.scheduler.config.max_extend_tokens, llm.engine.device)
+    cpu = time.process_time() - cpu
     lat = [request_latencies(t) for t in run.traces]
     tokens = sum(t.tokens for t in run.traces)
+    # the CPU time of the engine's one process per output token: what the server's scheduler process spends
+    # beyond it is the price of serving
     return {"wall_s": run.wall_s, "output_tokens": tokens, "output_tok_s": tokens / run.wall_s,
+            "cpu_us_per_token": 1e6 * cpu / tokens if tokens else None,
             "ttft_s": [a for a, _ in lat if a is not None], "tpot_s": [b for _, b in lat if b is not None],
             "itl_s": [b - a for t in run.traces for a, b in zip(t.token_times, t.token_times[1:])]}
 

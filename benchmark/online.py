@@ -409,10 +409,12 @@ def run_offline(args: argparse.Namespace, specs: list[RequestSpec]) -> list[dict
         summary = {"requests": len(specs), "completed": len(specs), "failed": 0, "duration_s": run["wall_s"],
                    "output_tokens": run["output_tokens"], "output_tok_s": run["output_tok_s"],
                    "request_throughput": len(specs) / run["wall_s"],
-                   **{k: distribution(run[k]) for k in ("ttft_s", "tpot_s", "itl_s")}}
+                   **{k: distribution(run[k]) for k in ("ttft_s", "tpot_s", "itl_s")},
+                   "cpu_us_per_token": {"engine": run.get("cpu_us_per_token")}}
         out.append(summary)
         print(f"offline: {summary['output_tok_s']:.1f} tok/s in {run['wall_s']:.1f} s, TPOT p50 "
               f"{1000 * summary['tpot_s']['p50']:.1f} ms", flush=True)
+        print(f"  CPU per output token: {cpu_line(summary['cpu_us_per_token'])}", flush=True)
     return out
 
 
@@ -478,14 +480,24 @@ def summary_rows(result: dict) -> list[dict]:
     return rows
 
 
+CPU_COLUMNS = (("engine", "engine"), ("scheduler", "sched"), ("tokenizer", "tok"), ("front end", "front"))
+
+
+def cpu_cells(r: dict) -> str:
+    """The row's CPU microseconds per output token of each process that has them: the offline engine's one process,
+    the server's scheduler, tokenizer and front end."""
+    per = r.get("cpu_us_per_token") or {}
+    return " ".join(f"{short} {per[role]:.0f}" for role, short in CPU_COLUMNS if per.get(role) is not None)
+
+
 def print_summary(rows: list[dict]) -> None:
     print(f"{'rate':>12} {'runs':>4} {'tok/s min/median/max':>26} {'TTFT p50/p99 ms':>17} {'TPOT p50/p99 ms':>17} "
-          f"{'ITL p99 ms':>10}")
+          f"{'ITL p99 ms':>10}  CPU us per output token")
     for r in rows:
         sp = r["output_tok_s_spread"]
         print(f"{r['rate']:>12} {r['runs']:>4} {sp['min']:>8.0f} /{sp['median']:>7.0f} /{sp['max']:>7.0f} "
               f"{ms(r['ttft_s'], 'p50', 1):>8}/{ms(r['ttft_s'], 'p99', 1):<8} {ms(r['tpot_s'], 'p50', 1):>8}/"
-              f"{ms(r['tpot_s'], 'p99', 1):<8} {ms(r['itl_s'], 'p99', 1):>10}")
+              f"{ms(r['tpot_s'], 'p99', 1):<8} {ms(r['itl_s'], 'p99', 1):>10}  {cpu_cells(r)}")
 
 
 TTFT_P99_AT_64 = 0.5  # seconds

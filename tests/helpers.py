@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 from functools import lru_cache
+from typing import NamedTuple
 from pathlib import Path
 
 import pytest
@@ -239,3 +240,20 @@ def health_until(url: str, done: Callable[[dict], bool], what: str, timeout: flo
         check()
         assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s; /health answered {r.text}"
         time.sleep(0.05)
+
+
+class TokenRow(NamedTuple):
+    """One token of a scheduler step's DetokenizeMsg (chapter 14), as a test reads it."""
+
+    uid: int
+    next_token: int
+    finished: bool
+    finish_reason: str | None
+
+
+def token_rows(sent: list) -> list[TokenRow]:
+    """Every token the DetokenizeMsgs among `sent` carry, in order (other messages are skipped)."""
+    from minisgl.message import DetokenizeMsg
+
+    return [TokenRow(uid, token, reason is not None, reason) for m in sent if isinstance(m, DetokenizeMsg)
+            for uid, token, reason in m.rows()]

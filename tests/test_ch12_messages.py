@@ -17,8 +17,8 @@ from minisgl.message.utils import decode_value
 from minisgl.message import (WIRE_VERSION, AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg,
                              BaseTokenizerMsg, BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg,
                              ErrorMsg, ErrorReply, ExitMsg, GetStatusMsg, HoldMsg, MessageError, StatusMsg,
-                             StatusReply, TokenizeMsg, UserMsg, UserReply, batched, decode_message, encode_message,
-                             unwrap)
+                             StatusReply, TokenizeMsg, UserMsg, UserReply, UserReplyBatch, batched, decode_message,
+                             encode_message, pack_replies, unwrap)
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
 
 CODEC = ("encode_value", "decode_value", "decode_message")
@@ -45,13 +45,15 @@ def samples() -> list:
         TokenizeMsg(4, [{"role": "system", "content": ""}, {"role": "user", "content": "2+2?"}], SamplingParams(**hot)),
         TokenizeMsg(5, [151643, 0, 17], SamplingParams(), stop=["\n\n", "é"], stop_token_ids=[2, 3],
                     auto_max_tokens=True),
-        DetokenizeMsg(3, 42, False), DetokenizeMsg(3, 0, True, "length"), AbortMsg(9),
+        DetokenizeMsg.one(3, 42), DetokenizeMsg.one(3, 0, "length"), AbortMsg(9),
+        DetokenizeMsg([1, 2**40, 1], [7, 151643, 0], ["", "stop", "length"]), DetokenizeMsg([], [], []),
         ErrorMsg(6, "prompt too long: 9000 > 4096"), StatusMsg(7, {"running": 2, "free_slots": 2**40}),
         GetStatusMsg(7), HoldMsg(8, 0), HoldMsg(9, None), HoldMsg(10, 3),
-        BatchTokenizerMsg([DetokenizeMsg(1, 2, True), AbortMsg(1), TokenizeMsg(2, "x", SamplingParams())]),
+        BatchTokenizerMsg([DetokenizeMsg.one(1, 2, "stop"), AbortMsg(1), TokenizeMsg(2, "x", SamplingParams())]),
         UserReply(3, "", False), UserReply(3, "déjà vu\n", True, "stop", 12, 2**33),
         ErrorReply(4, "the prompt is empty"), StatusReply(8, {}),
         BatchFrontendMsg([UserReply(1, "a", False), UserReply(2, "b", True)]),
+        UserReplyBatch.pack([UserReply(1, "a\u00e9", False, None, 3, 1), UserReply(2**40, "", True, "stop", 9, 2**33)]),
     ]
 
 
@@ -80,7 +82,16 @@ def test_unwrap_flattens_batches_in_order_and_batched_packs_them():
     assert unwrap(c) == [c] and unwrap(BatchBackendMsg([])) == [], "one message is a list of one; an empty batch, []"
     replies = [UserReply(1, "a", False), UserReply(2, "b", True)]
     assert unwrap(BatchFrontendMsg(replies)) == replies, "front-end batches are batches too"
-    tokens = [DetokenizeMsg(1, 5, False), AbortMsg(1), DetokenizeMsg(2, 6, True, "length")]
+    columns = UserReplyBatch.pack(replies)
+    assert unwrap(BatchFrontendMsg([columns, StatusReply(3, {})])) == [*replies, StatusReply(3, {})], \
+        "a UserReplyBatch unwraps to its UserReplies, in order"
+    status, error = StatusReply(3, {}), ErrorReply(4, "bad")
+    packed = pack_replies([replies[0], status, replies[1], error])
+    assert isinstance(packed[0], UserReplyBatch) and packed[1:] == [status, error], \
+        f"the replies go first, as one UserReplyBatch, the rest after them in order: {packed}"
+    assert unwrap(BatchFrontendMsg(packed)) == [*replies, status, error], "and unwrap gives them back"
+    assert pack_replies([replies[0], status]) == [replies[0], status], "one reply alone is sent as it is"
+    tokens = [DetokenizeMsg.one(1, 5), AbortMsg(1), DetokenizeMsg.one(2, 6, "length")]
     assert unwrap(BatchTokenizerMsg([tokens[0], BatchTokenizerMsg(tokens[1:])])) == tokens, "tokenizer batches too"
     assert batched([a], BatchBackendMsg) is a, "a frame of one message is the message itself"
     pair = batched([a, d], BatchBackendMsg)

@@ -13,11 +13,12 @@ import pytest
 import torch
 import zmq
 
-from helpers import TEXTS, assert_clean, hf_greedy, model_path, prompt_ids, tokenizer
+from helpers import TEXTS, TokenRow, assert_clean, hf_greedy, model_path, prompt_ids, token_rows, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.message import (AbortBackendMsg, AbortMsg, BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ErrorMsg, ErrorReply,
-                             ExitMsg, GetStatusMsg, HoldMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply)
+                             ExitMsg, GetStatusMsg, HoldMsg, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply,
+                             unwrap)
 from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.io import SchedulerIO
 from minisgl.scheduler.prefill import ChunkedReq
@@ -82,11 +83,10 @@ def user_msg(uid: int, ids: list[int], max_tokens: int, ignore_eos=True) -> User
                                                                               ignore_eos=ignore_eos))
 
 
-def tokens_by_uid(sent: list) -> dict[int, list[DetokenizeMsg]]:
-    out: dict[int, list[DetokenizeMsg]] = {}
-    for m in sent:
-        if isinstance(m, DetokenizeMsg):
-            out.setdefault(m.uid, []).append(m)
+def tokens_by_uid(sent: list) -> dict[int, list[TokenRow]]:
+    out: dict[int, list[TokenRow]] = {}
+    for row in token_rows(sent):
+        out.setdefault(row.uid, []).append(row)
     return out
 
 
@@ -117,6 +117,9 @@ def test_messages_in_tokens_out_equal_hf_greedy(overlap):
             f"request {uid}: only its last token is marked finished, got {[m.finished for m in msgs]}"
         assert msgs[-1].finish_reason == "length", f"max_tokens ended it: reason {msgs[-1].finish_reason!r}"
     assert not io.scheduler.finished, "finished requests are sent, not kept: scheduler.finished must be empty"
+    steps = [m for m in io.send.sent if isinstance(m, DetokenizeMsg)]
+    assert len(steps) <= len(io.scheduler.history), \
+        f"a step's tokens travel in one DetokenizeMsg: {len(steps)} messages for {len(io.scheduler.history)} batches"
     assert_all_free(io)
 
 
@@ -128,6 +131,29 @@ def step_by_hand(io: SchedulerIO) -> None:
         io.send_results()
         if last is None and io.scheduler.idle:
             return
+
+
+@pytest.mark.stubs("SchedulerIO.send_results")
+def test_a_step_is_one_message_and_a_finish_reason_marks_the_requests_last_token():
+    """A step in which a request got several tokens (chapter 26's speculative decoding does that): the step is one
+    DetokenizeMsg in the order the tokens were recorded, and the reason of the request that finished sits at its last
+    token, not its first. The state is built through the scheduler's own hooks: on_token and its finished requests."""
+    from types import SimpleNamespace
+
+    io = make_io()
+    done, running = SimpleNamespace(uid=7, finish_reason="length"), SimpleNamespace(uid=8, finish_reason=None)
+    for req, token in [(done, 11), (running, 21), (done, 12), (done, 13), (running, 22)]:
+        io.scheduler.on_token(req, token)
+    io.scheduler.finished[done.uid] = done
+    io.send_results()
+    msgs = [m for m in io.send.sent if isinstance(m, DetokenizeMsg)]
+    assert len(msgs) == 1, f"one DetokenizeMsg for the step, got {len(msgs)}: {msgs}"
+    got = (msgs[0].uids, msgs[0].tokens, msgs[0].finish_reasons)
+    assert got == ([7, 8, 7, 7, 8], [11, 21, 12, 13, 22], ["", "", "", "length", ""]), \
+        f"(uids, tokens, finish_reasons) sent {got}; request 7 finished with its last token, 13"
+    assert not io.scheduler.finished, "the finished request is taken, not kept"
+    io.send_results()
+    assert len([m for m in io.send.sent if isinstance(m, DetokenizeMsg)]) == 1, "a step is sent once, then forgotten"
 
 
 @pytest.mark.stubs("SchedulerIO.send_results")
@@ -260,7 +286,7 @@ def test_a_hold_launches_nothing_and_steps_one_batch_at_a_time(overlap):
     want = [hf_greedy("tiny-qwen3", ids, 6) for ids in prompts]
 
     def sent(kind, uid=None) -> list:
-        return [m for m in io.send.sent if isinstance(m, kind) and uid in (None, m.uid)]
+        return [m for m in io.send.sent if isinstance(m, kind) and uid in (None, getattr(m, "uid", None))]
 
     def held() -> None:
         assert not sched.history and not sent(DetokenizeMsg), f"held, yet batches ran: {sched.history}"
@@ -271,7 +297,7 @@ def test_a_hold_launches_nothing_and_steps_one_batch_at_a_time(overlap):
 
     def one_step() -> None:
         assert len(sched.history) == 1, f"steps=1 ran batches {sched.history}"
-        tokens = sorted((m.uid, m.next_token) for m in sent(DetokenizeMsg))
+        tokens = sorted((m.uid, m.next_token) for m in token_rows(sent(DetokenizeMsg)))
         assert tokens == [(0, want[0][0]), (1, want[1][0])], f"after one batch: tokens {tokens}"
         reply = sent(StatusMsg, 11)
         assert reply and io.send.sent.index(reply[0]) > max(map(io.send.sent.index, sent(DetokenizeMsg))), \
@@ -321,7 +347,7 @@ def feed(w: TokenizerWorker, uid: int, ids: list[int], last_reason="length") -> 
     """Detokenize ids as the scheduler would send them; the replies to the front end."""
     for i, t in enumerate(ids):
         last = i == len(ids) - 1
-        w.handle([DetokenizeMsg(uid, t, last, last_reason if last else None)])
+        w.handle([DetokenizeMsg.one(uid, t, last_reason if last else None)])
     return [r for r in w.take_outputs()[1] if isinstance(r, UserReply)]
 
 
@@ -384,7 +410,7 @@ def test_a_stop_ends_the_text_and_aborts_the_scheduler_request(kind):
     w.open_stream(0, 5, **extra)
     replies, aborts = [], []
     for t in ids:
-        w.handle([DetokenizeMsg(0, t, False)])
+        w.handle([DetokenizeMsg.one(0, t)])
         to_backend, to_frontend = w.take_outputs()
         replies += to_frontend
         aborts += [m.uid for m in to_backend if isinstance(m, AbortBackendMsg)]
@@ -411,7 +437,7 @@ def test_a_stream_interval_holds_text_for_the_next_reply(interval):
     assert replies[-1].finished and not w.held and not w.intervals, "nothing is kept for an ended stream"
     w.open_stream(1, prompt_tokens=5, stream_interval=interval)
     for t in ids[:8]:
-        w.handle([DetokenizeMsg(1, t, False)])
+        w.handle([DetokenizeMsg.one(1, t)])
     early = [r for r in w.take_outputs()[1] if isinstance(r, UserReply)]
     w.handle([AbortMsg(1)])
     last = [r for r in w.take_outputs()[1] if isinstance(r, UserReply)]
@@ -457,7 +483,7 @@ def receive(w: Workers, until, timeout=60.0) -> list:
     while not until(replies):
         msg = w.replies.get(timeout=0.2)
         if msg is not None:
-            replies += msg.data if isinstance(msg, BatchFrontendMsg) else [msg]
+            replies += unwrap(msg)
             deadline = time.monotonic() + timeout
         elif (dead := w.dead_worker()) is not None:
             raise RuntimeError(dead)

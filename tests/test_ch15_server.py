@@ -114,11 +114,97 @@ def test_fields_that_change_nothing_are_accepted_and_the_rest_still_refused():
     with pytest.raises(APIError) as refused:
         to_tokenize_msg(0, ChatCompletionRequest(messages=[{"role": "user", "content": None}]))
     assert (refused.value.status, refused.value.param) == (400, "messages[0]"), "a user message needs a content"
-    with pytest.raises(ValidationError):  # FastAPI answers it with a 400 naming the field
-        ChatCompletionRequest(messages=messages, reasoning_effort="high")
+    with pytest.raises(ValidationError):  # an unknown field: FastAPI answers it with a 400 naming the field
+        ChatCompletionRequest(messages=messages, reasoning_level="high")
     with pytest.raises(APIError) as refused:
         to_tokenize_msg(0, ChatCompletionRequest(messages=messages, tool_choice="required"))
     assert refused.value.param == "tool_choice", "a parameter that would change the answer is still a 400"
+
+
+# Every field of the request objects of OpenAI's API, with a value a client may send that asks for something: the
+# API reference (https://platform.openai.com/docs/api-reference/completions/create and .../chat/create) as the
+# `openai` package's CompletionCreateParams spell it. Each one is accepted with a meaning or refused with a 400
+# that names it; nothing that would change the answer is dropped in silence.
+COMPLETION_FIELDS = {
+    "model": "smollm2", "prompt": "Hi", "best_of": 2, "echo": True, "frequency_penalty": 0.5,
+    "logit_bias": {"5": 10.0}, "logprobs": 2, "max_tokens": 7, "n": 2, "presence_penalty": 0.5, "seed": 3,
+    "stop": ["x"], "stream": True, "stream_options": {"include_usage": True}, "suffix": "end", "temperature": 0.5,
+    "top_p": 0.5, "user": "u-1",
+}
+CHAT_FIELDS = {
+    "messages": [{"role": "user", "content": "Hi"}], "model": "smollm2",
+    "audio": {"voice": "alloy", "format": "wav"}, "frequency_penalty": 0.5, "function_call": "auto",
+    "functions": [{"name": "f"}], "logit_bias": {"5": 10.0}, "logprobs": True, "max_completion_tokens": 7,
+    "max_tokens": 7, "metadata": {"team": "a"}, "modalities": ["text", "audio"],
+    "moderation": {"model": "omni-moderation-latest"}, "n": 2, "parallel_tool_calls": False,
+    "prediction": {"type": "content", "content": "Hello"}, "presence_penalty": 0.5, "prompt_cache_key": "k-1",
+    "prompt_cache_options": {"ttl": "30m"}, "prompt_cache_retention": "24h", "reasoning_effort": "low",
+    "response_format": {"type": "json_object"}, "safety_identifier": "s-1", "seed": 3, "service_tier": "flex",
+    "stop": "x", "store": True, "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.5,
+    "tool_choice": "auto", "tools": [{"type": "function", "function": {"name": "f"}}], "top_logprobs": 2,
+    "top_p": 0.5, "user": "u-1", "verbosity": "low", "web_search_options": {},
+}
+# Accepted and meaningless here, by the API reference's own account (a tag, a cache hint, a latency hint): the
+# request the engine gets is the same without them. Their do-nothing values are accepted the same way.
+NO_EFFECT = {"user", "metadata", "store", "parallel_tool_calls", "safety_identifier", "prompt_cache_key",
+             "prompt_cache_options", "prompt_cache_retention", "prediction"}
+DO_NOTHING = [("service_tier", "auto"), ("service_tier", "default"), ("modalities", ["text"]), ("audio", None),
+              ("reasoning_effort", None), ("stream_options", {"include_obfuscation": False}), ("tools", [])]
+BY_THE_ROUTE = {"model", "stream", "stream_options"}  # the route answers them (another model's 404, the stream)
+
+
+def request_outcome(model, body: dict):
+    """("ok", TokenizeMsg), or (status, the field the error names) as the server would answer the body."""
+    from pydantic import ValidationError
+
+    try:
+        return "ok", to_tokenize_msg(0, model.model_validate(body))
+    except ValidationError as e:
+        return 400, str(e.errors()[0]["loc"][0])
+    except APIError as e:
+        return e.status, e.param
+
+
+@pytest.mark.stubs("to_tokenize_msg")
+@pytest.mark.parametrize("model, fields", [(CompletionRequest, COMPLETION_FIELDS),
+                                           (ChatCompletionRequest, CHAT_FIELDS)], ids=["completions", "chat"])
+def test_every_field_of_the_openai_api_is_accepted_with_a_meaning_or_refused_by_name(model, fields):
+    """Each field of the API, alone on top of the bare request: refused with a 400 naming it, or accepted; then it
+    either reaches the request the engine runs (it changes the TokenizeMsg) or is one the API reference says changes
+    nothing (the TokenizeMsg is the same as without it), or the route answers it."""
+    try:  # the list must cover what the installed client can send
+        if model is CompletionRequest:
+            from openai.types.completion_create_params import CompletionCreateParamsBase as Params
+        else:
+            from openai.types.chat.completion_create_params import CompletionCreateParamsBase as Params
+        missing = set(Params.__annotations__) - set(fields)
+        assert not missing, f"fields of the openai package's request that this test does not check: {sorted(missing)}"
+    except ImportError:
+        pass
+    required = "prompt" if model is CompletionRequest else "messages"
+    base = {required: fields[required], "max_tokens": 5}
+    status, plain = request_outcome(model, base)
+    assert status == "ok", f"the bare request is refused: {plain}"
+    refused, silent = [], []
+    for name, value in [*fields.items(), *DO_NOTHING]:
+        if name == required or (name == "max_tokens" and model is CompletionRequest and value == 5):
+            continue
+        if name not in fields:
+            continue  # a do-nothing value of a field this endpoint does not have
+        body = base | {name: value} | ({"stream": True} if name == "stream_options" else {})
+        status, got = request_outcome(model, body)
+        if status != "ok":
+            if (status, got) != (400, name):
+                refused.append(f"{name}={value!r}: {status} naming {got!r}")
+            continue
+        same = got == plain
+        quiet = name in NO_EFFECT or (name, value) in DO_NOTHING
+        if quiet and not same:
+            silent.append(f"{name}={value!r} changes nothing in the answer, yet the request changed: {got}")
+        if not quiet and same and name not in BY_THE_ROUTE:
+            silent.append(f"{name}={value!r} was accepted and dropped: the request is the same as without it")
+    assert not refused, "a refused field must be a 400 naming it:\n  " + "\n  ".join(refused)
+    assert not silent, "\n  ".join(silent)
 
 
 # ---- in-process: the event stream ----------------------------------------------------------------------------

@@ -16,7 +16,8 @@ import httpx
 import pytest
 import torch
 
-from helpers import CHAT, TEXTS, assert_clean, health_until, hf_greedy, hold, model_path, tokenizer
+from helpers import (CHAT, TEXTS, assert_clean, health_until, hf_greedy, hold, model_path, token_rows,
+                     tokenizer)
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler.config import SchedulerConfig
@@ -544,7 +545,7 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
     the first. Offline LLM.generate never goes idle between requests: only the serving loop shows this. The naive
     cache shares nothing, so the second burst finds no prefix of the first and must run the same schedule."""
     from minisgl.engine import Engine, EngineConfig
-    from minisgl.message import DetokenizeMsg, UserMsg
+    from minisgl.message import UserMsg
     from minisgl.scheduler.io import SchedulerIO
 
     engine = Engine(EngineConfig(model_path(NAME), max_running_reqs=8, max_seq_len=64, page_size=1, num_pages=160,
@@ -569,9 +570,8 @@ def test_the_next_burst_after_an_idle_scheduler_is_admitted_as_the_first(overlap
         f"(first: {runs[0][diverge:diverge + 2]}, second: {runs[1][diverge:diverge + 2]}): the new-token ratio was "
         f"{ratio_then:.3f} when it arrived, the first burst found {ratio.init}; an idle scheduler must reset it")
     tokens = collections.defaultdict(list)
-    for msg in outbox.sent:
-        if isinstance(msg, DetokenizeMsg):
-            tokens[msg.uid].append(msg.next_token)
+    for row in token_rows(outbox.sent):
+        tokens[row.uid].append(row.next_token)
     for i, p in enumerate(ps):
         want = hf_greedy(NAME, p, MAX_TOKENS)
         assert tokens[i] == want and tokens[100 + i] == want, f"request {i} differs from HF greedy in a burst"

@@ -584,7 +584,7 @@ def test_a_stop_exactly_at_min_tokens_ends_the_text_and_one_token_earlier_does_n
         worker.take_outputs()
         for i, token in enumerate(out):  # the scheduler runs on until it hears of the abort: it sends them all
             last = i == len(out) - 1
-            worker.handle([DetokenizeMsg(7, token, last, "stop" if last else None)])
+            worker.handle([DetokenizeMsg.one(7, token, "stop" if last else None)])
         to_backend, replies = worker.take_outputs()
         got = "".join(r.incremental_output for r in replies)
         want = tok.decode(out[:end])
@@ -630,8 +630,8 @@ def test_the_tokenizer_process_sends_token_texts_and_keeps_them_across_a_stream_
     worker = TokenizerWorker(tok, max_seq_len=64)
     worker.open_stream(1, 3, stream_interval=2)
     for i, t in enumerate(ids):
-        msg = DetokenizeMsg(1, t, i == len(ids) - 1, "length" if i == len(ids) - 1 else None)
-        msg.logprob, msg.top_ids, msg.top_logprobs = -0.5 * i, [t, 0], [-0.5 * i, -9.0]
+        msg = DetokenizeMsg.one(1, t, "length" if i == len(ids) - 1 else None)
+        msg.logprob_rows, msg.logprobs, msg.top_ids, msg.top_logprobs = [0], [-0.5 * i], [[t, 0]], [[-0.5 * i, -9.0]]
         worker.handle([msg])
     _, replies = worker.take_outputs()
     entries = [e for r in replies for e in r.logprobs]

@@ -11,7 +11,8 @@ import re
 import pytest
 import torch
 
-from helpers import CHAT, TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
+from helpers import (CHAT, TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, token_rows,
+                     tokenizer)
 from minisgl.constrained.grammar import GrammarCache, GrammarSpec, allocate_bitmask, apply_token_bitmask
 from minisgl.core import Batch, SamplingParams
 from minisgl.llm import LLM
@@ -181,7 +182,7 @@ def test_a_request_its_grammar_ended_finishes_with_stop_even_with_ignore_eos():
     """A constrained request with ignore_eos ends when its grammar is complete, long before max_tokens: the scheduler
     says "stop" (as SGLang and OpenAI do), not "length", in LLM.generate's answer and in the last message its I/O loop
     sends (in process). A free request with ignore_eos runs to max_tokens: "length"."""
-    from minisgl.message import DetokenizeMsg, UserMsg
+    from minisgl.message import UserMsg
     from minisgl.scheduler.io import SchedulerIO
 
     class Inbox:
@@ -212,7 +213,7 @@ def test_a_request_its_grammar_ended_finishes_with_stop_even_with_ignore_eos():
     outbox = Outbox()
     io = SchedulerIO(fresh.scheduler, Inbox([UserMsg(980, prompt, grammar), UserMsg(981, prompt, free)]), outbox)
     io.run_forever(alive=lambda: False)
-    tokens = [m for m in outbox.sent if isinstance(m, DetokenizeMsg)]
+    tokens = token_rows(outbox.sent)
     for uid, out, reason in ((980, outs[0], "stop"), (981, outs[1], "length")):
         mine = [m for m in tokens if m.uid == uid]
         assert [m.next_token for m in mine] == out["token_ids"], f"request {uid}: the I/O loop sent other tokens"

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from helpers import TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, tokenizer
+from helpers import (TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, token_rows,
+                     tokenizer)
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler.config import SchedulerConfig
@@ -809,7 +810,7 @@ def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last
     """SchedulerIO with the target as its own draft (every draft accepted, several tokens a step): one message per
     token, in order, and only the request's very last one marked finished."""
     from minisgl.engine import Engine, EngineConfig
-    from minisgl.message import DetokenizeMsg, UserMsg
+    from minisgl.message import UserMsg
     from minisgl.scheduler.io import SchedulerIO
     from minisgl.scheduler.scheduler import Scheduler
 
@@ -831,7 +832,7 @@ def test_the_scheduler_process_sends_each_token_of_a_run_and_marks_only_the_last
                     for uid, p in enumerate(prompts[:3])]
     io.run_forever(alive=lambda: False)
     for uid in range(3):
-        msgs = [m for m in outbox.sent if isinstance(m, DetokenizeMsg) and m.uid == uid]
+        msgs = [m for m in token_rows(outbox.sent) if m.uid == uid]
         assert [m.next_token for m in msgs] == reference[uid][:7 + 5 * uid], f"request {uid}: tokens sent"
         assert [m.finished for m in msgs] == [False] * (len(msgs) - 1) + [True], \
             f"request {uid}: finished flags {[m.finished for m in msgs]}"

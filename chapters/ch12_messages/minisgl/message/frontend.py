@@ -35,6 +35,39 @@ class UserReply(BaseFrontendMsg):
 
 
 @dataclass
+class UserReplyBatch(BaseFrontendMsg):
+    """The UserReplies of one step as columns, one list per field: a step of 256 requests is one small map on the
+    wire, not 256 tagged ones. unwrap turns it back into UserReplies on the receiving side."""
+
+    uids: List[int]
+    texts: List[str]
+    finished: List[bool]
+    finish_reasons: List[str]  # "" where there is none
+    prompt_tokens: List[int]
+    completion_tokens: List[int]
+
+    @classmethod
+    def pack(cls, replies: List[UserReply]) -> UserReplyBatch:
+        return cls([r.uid for r in replies], [r.incremental_output for r in replies], [r.finished for r in replies],
+                   [r.finish_reason or "" for r in replies], [r.prompt_tokens for r in replies],
+                   [r.completion_tokens for r in replies])
+
+    def unpack(self) -> List[UserReply]:
+        return [UserReply(uid, text, done, reason or None, prompt, completion) for uid, text, done, reason, prompt,
+                completion in zip(self.uids, self.texts, self.finished, self.finish_reasons, self.prompt_tokens,
+                                  self.completion_tokens)]
+
+
+def pack_replies(msgs: List[BaseFrontendMsg]) -> List[BaseFrontendMsg]:
+    """The messages of one frame with their UserReplies packed into one UserReplyBatch, which comes first (every
+    other message keeps its order after it: a status report follows the tokens sent before it)."""
+    replies = [m for m in msgs if type(m) is UserReply]
+    if len(replies) < 2:
+        return msgs
+    return [UserReplyBatch.pack(replies), *(m for m in msgs if type(m) is not UserReply)]
+
+
+@dataclass
 class ErrorReply(BaseFrontendMsg):
     uid: int
     message: str  # the request was refused (bad prompt, too long for the engine): nothing ran

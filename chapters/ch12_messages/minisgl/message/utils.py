@@ -46,7 +46,8 @@ def encode_value(value: Any) -> Any:
     """`value` as msgpack's types: dataclasses and tensors become tagged maps, lists and maps are walked."""
     # TODO(ch12): plain values (None, bool, int, float, str, bytes) pass as they are; a torch.Tensor becomes
     #   _encode_tensor(value); a dataclass becomes {TAG: its class name, field: encoded value, ...}; lists and
-    #   tuples become lists and maps become maps of encoded values; anything else is a MessageError.
+    #   tuples become lists (a list of plain values as it is: no call per item) and maps become maps of encoded
+    #   values; anything else is a MessageError.
     raise NotImplementedError("TODO(ch12): encode_value")
 
 
@@ -76,7 +77,8 @@ def decode_value(data: Any, hint: Any, where: str) -> Any:
     """`data` read back as type `hint` (a class, list[X], dict[K, V] or a union); `where` names the field
     for the error message."""
     # TODO(ch12): decode by the hint: a union tries each arm; torch.Tensor -> _decode_tensor; a dataclass ->
-    #   _decode_dataclass; list[X] / dict[K, V] decode every item; a plain type (int, float, str, bool, bytes,
+    #   _decode_dataclass; list[X] / dict[K, V] decode every item (a list whose items all are exactly the plain
+    #   type X passes in one pass: a step's token ids); a plain type (int, float, str, bool, bytes,
     #   None) must match exactly (a bool is not an int; an int may stand for a float). Anything that does not
     #   fit raises MessageError naming `where`, what was expected and what came (use _describe).
     raise NotImplementedError("TODO(ch12): decode_value")

@@ -1,9 +1,10 @@
 """The scheduler process: the scheduler's loop, fed by messages instead of a list of prompts.
 
-Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
-the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
-step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
-tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
+Requests arrive as UserMsg (already tokenized) and leave as generated tokens, both over ZMQ to the tokenizer process:
+one DetokenizeMsg per step carries every token of the step as arrays, so the scheduler's cost per token is two list
+appends, and the work per token (text, stop strings, replies) is the tokenizer process's. The loop never waits
+while there is work: it takes whatever messages are queued, runs one step (with overlap scheduling, launching the
+next batch before the last one's tokens are read), and sends the new tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
 still takes messages but launches no batch, so a test can queue requests first and then let them run together.
 """
 
@@ -36,9 +37,11 @@ class SchedulerIO:
         self.scheduler = scheduler
         self.recv, self.send = recv, send
         self.outbox: list[BaseTokenizerMsg] = []
-        self.new_tokens: list[tuple[Req, int]] = []  # (request, token) recorded by the last step, to send
+        # the tokens the last step recorded, to send: token i is request uids[i]'s
+        self.uids: list[int] = []
+        self.tokens: list[int] = []
         self.running = True  # an ExitMsg ends the loop
-        scheduler.on_token = lambda req, token: self.new_tokens.append((req, token))
+        scheduler.on_token = self._on_token
         # The hold (HoldMsg, a test and debugging hook) stands in front of the scheduler's choice of batch:
         # step() and overlap_step() launch nothing while it holds, and overlap_step still finishes the batch in flight.
         self.steps_left: int | None = None  # batches the scheduler may still launch; None: any number
@@ -100,6 +103,10 @@ class SchedulerIO:
             self.send.put(batched([StatusMsg(uid, self.status()) for uid in self._hold_replies], BatchTokenizerMsg))
             self._hold_replies = []
 
+    def _on_token(self, req: Req, token: int) -> None:
+        self.uids.append(req.uid)
+        self.tokens.append(token)
+
     def process_msg(self, msg: BaseBackendMsg) -> None:
         """Act on one message: queue a request (or refuse it), abort one, report the status, or stop."""
         # TODO(ch14): a UserMsg becomes a PendingReq added to the scheduler; a ValueError (it can never run here)
@@ -110,11 +117,13 @@ class SchedulerIO:
         raise NotImplementedError("TODO(ch14): SchedulerIO.process_msg")
 
     def send_results(self) -> None:
-        """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
-        # TODO(ch14): for each recorded (req, token): the request is finished if scheduler.take_finished(uid)
-        #   returns it (taking it: nobody else collects it), and req.finish_reason says why ("stop" or "length";
-        #   None while it runs). Send the DetokenizeMsgs and the outbox together in one frame (batched, which takes
-        #   a non-empty list: with nothing to send, send nothing), then clear both lists.
+        """Send what the last step produced: one DetokenizeMsg with all its tokens, then the outbox, in one frame."""
+        # TODO(ch14): the step's tokens go as one DetokenizeMsg(uids, tokens, finish_reasons). finish_reasons[i] is
+        #   "" except at the last token of a request that finished this step: there its req.finish_reason. The
+        #   requests that finished are in scheduler.finished: take each one (scheduler.take_finished, so that
+        #   nobody else collects it); its last token is its last index in uids (a request may have several tokens
+        #   in one step). Send the DetokenizeMsg (if there are tokens) and the outbox together in one frame
+        #   (batched, which takes a non-empty list: with nothing to send, send nothing), then clear the lists.
         raise NotImplementedError("TODO(ch14): SchedulerIO.send_results")
 
     def status(self) -> dict[str, int]:

@@ -18,7 +18,7 @@ import torch
 from minisgl.message import (AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg,
                              BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg, ErrorMsg,
                              ErrorReply, MessageError, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply,
-                             batched, unwrap)
+                             batched, pack_replies, unwrap)
 from minisgl.tokenizer.detokenize import DetokenizeManager
 from minisgl.tokenizer.tokenize import TokenizeManager
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -44,7 +44,8 @@ class TokenizerWorker:
         """Act on each message in order. A message this process does not handle is reported, and the others go on.
         The tokens of a step are detokenized together: the windows they decode are decoded ahead in one batch."""
         msgs = list(msgs)
-        self.detokenize_manager.prefetch([(m.uid, m.next_token) for m in msgs if isinstance(m, DetokenizeMsg)])
+        self.detokenize_manager.prefetch([pair for m in msgs if isinstance(m, DetokenizeMsg)
+                                          for pair in zip(m.uids, m.tokens)])
         for msg in msgs:
             try:
                 self._handle(msg)
@@ -55,7 +56,8 @@ class TokenizerWorker:
         if isinstance(msg, TokenizeMsg):
             self.tokenize(msg)
         elif isinstance(msg, DetokenizeMsg):
-            self.detokenize(msg)
+            for uid, token, reason in msg.rows():
+                self.detokenize(uid, token, reason)
         elif isinstance(msg, AbortMsg):
             self.abort(msg.uid)
         elif isinstance(msg, ErrorMsg):  # the scheduler refused it: the stream never starts
@@ -102,14 +104,15 @@ class TokenizerWorker:
         if reply.finished:
             self.intervals.pop(uid, None)
 
-    def detokenize(self, msg: DetokenizeMsg) -> None:
-        """One generated token: the new text goes to the front end. A stream that ended on a stop string or stop
-        token while the scheduler still runs the request makes the scheduler abort it."""
+    def detokenize(self, uid: int, token: int, finish_reason: str | None) -> None:
+        """One generated token of request `uid`: the new text goes to the front end. `finish_reason` is the
+        scheduler's when this token ended the request (None while it runs). A stream that ended on a stop string
+        or stop token while the scheduler still runs the request makes the scheduler abort it."""
         # TODO(ch14): ignore a uid without a stream (it ended already: with overlap more tokens can follow); count
-        #   the token; detokenize it; if the stream ended here but the scheduler did not finish the request, send
-        #   AbortBackendMsg. Reply (self.reply) UserReply(uid, text, finished, reason, prompt, completion): the
-        #   reason is "stop" when a stop string or token matched, else the scheduler's. Forget the usage of an ended
-        #   stream.
+        #   the token; detokenize it (finished: the scheduler gave a reason); if the stream ended here but the
+        #   scheduler did not finish the request, send AbortBackendMsg. Reply (self.reply) UserReply(uid, text,
+        #   finished, reason, prompt, completion): the reason is "stop" when a stop string or token matched, else
+        #   the scheduler's. Forget the usage of an ended stream.
         raise NotImplementedError("TODO(ch14): TokenizerWorker.detokenize")
 
     def abort(self, uid: int) -> None:
@@ -154,8 +157,8 @@ def tokenize_worker(model_path: str, max_seq_len: int, vocab_size: int, addr: st
             to_backend, to_frontend = worker.take_outputs()
             if to_backend:
                 send_backend.put(batched(to_backend, BatchBackendMsg))
-            if to_frontend:
-                send_frontend.put(batched(to_frontend, BatchFrontendMsg))
+            if to_frontend:  # the step's replies as one UserReplyBatch
+                send_frontend.put(batched(pack_replies(to_frontend), BatchFrontendMsg))
 
 
 def _get(queue: ZmqPullQueue, timeout: float):

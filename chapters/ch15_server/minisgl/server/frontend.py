@@ -1,8 +1,10 @@
 """The front end's side of the workers: requests out to the tokenizer process, replies back to their requests.
 
 Each request gets a uid (it names the request in the messages) and a queue. A TokenizeMsg starts it in the tokenizer
-process; a thread receives the replies (UserReply pieces, ErrorReply, StatusReply) and hands each to its request's
-queue on the event loop, timing the request on the way (/metrics). A worker that dies, or a shutdown, puts a
+process; the requests started in one turn of the event loop go out together, in one frame, so a burst of requests
+reaches the scheduler as one batch, as it would offline. A thread receives the replies (UserReply pieces, ErrorReply,
+StatusReply; one frame per scheduler step) and hands them to the event loop, one wake-up per frame, which puts each in
+its request's queue, timing the request on the way (/metrics). A worker that dies, or a shutdown, puts a
 WorkerGone in every waiting queue. next_reply and next_replies wait on a queue and notice a client that has left.
 """
 
@@ -16,8 +18,8 @@ import time
 
 from fastapi import Request
 
-from minisgl.message import (AbortMsg, ErrorReply, GetStatusMsg, HoldMsg, MessageError, StatusReply, TokenizeMsg,
-                             UserReply, unwrap)
+from minisgl.message import (AbortMsg, BatchTokenizerMsg, ErrorReply, GetStatusMsg, HoldMsg, MessageError,
+                             StatusReply, TokenizeMsg, UserReply, batched, unwrap)
 from minisgl.server.errors import unavailable
 from minisgl.server.launch import Workers
 from minisgl.server.metrics import Metrics, RequestTimes, request_line
@@ -55,6 +57,7 @@ class Frontend:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._outbox: list = []  # messages for the tokenizer process, sent at the end of this turn of the loop
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -152,7 +155,23 @@ class Frontend:
         self.ids.setdefault(rid, []).append(msg.uid)
         self.rids[msg.uid] = rid
         self.times[msg.uid] = RequestTimes(rid)
-        self.workers.to_tokenizer.put(msg)
+        self._outbox.append(msg)
+        if len(self._outbox) == 1:  # the first of this turn: send them all once the loop has run what is ready
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no event loop runs (a script, a test): at once
+                self.flush()
+
+    def flush(self) -> None:
+        """Send what waits for the tokenizer process, in one frame."""
+        if self._outbox:
+            msgs, self._outbox = self._outbox, []
+            self.workers.to_tokenizer.put(batched(msgs, BatchTokenizerMsg))
+
+    def send_abort(self, uid: int) -> None:
+        """Abort a request in the tokenizer process, behind whatever waits to be sent (its TokenizeMsg, perhaps)."""
+        self._outbox.append(AbortMsg(uid))
+        self.flush()
 
     def uids_of(self, rid: str) -> list[int]:
         """The uids of the running request with this response id (none once it has ended)."""
@@ -160,7 +179,7 @@ class Frontend:
 
     def abort(self, uid: int) -> None:
         if self.queues.pop(uid, None) is not None and self.dead is None:
-            self.workers.to_tokenizer.put(AbortMsg(uid))
+            self.send_abort(uid)
         self._forget(uid)
 
     def finish(self, uid: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
 from .utils import decode_message, encode_message
@@ -44,6 +44,44 @@ class TokenLogprob:
     logprob: float
     top_tokens: List[str]
     top_logprobs: List[float]
+
+
+@dataclass
+class UserReplyBatch(BaseFrontendMsg):
+    """The UserReplies of one step as columns, one list per field: a step of 256 requests is one small map on the
+    wire, not 256 tagged ones. unwrap turns it back into UserReplies on the receiving side."""
+
+    uids: List[int]
+    texts: List[str]
+    finished: List[bool]
+    finish_reasons: List[str]  # "" where there is none
+    prompt_tokens: List[int]
+    completion_tokens: List[int]
+    logprobs: Dict[int, List[TokenLogprob]] = field(default_factory=dict)  # chapter 24: by row, for those that asked
+
+    @classmethod
+    def pack(cls, replies: List[UserReply]) -> UserReplyBatch:
+        return cls([r.uid for r in replies], [r.incremental_output for r in replies], [r.finished for r in replies],
+                   [r.finish_reason or "" for r in replies], [r.prompt_tokens for r in replies],
+                   [r.completion_tokens for r in replies],
+                   {i: r.logprobs for i, r in enumerate(replies) if r.logprobs is not None})
+
+    def unpack(self) -> List[UserReply]:
+        out = [UserReply(uid, text, done, reason or None, prompt, completion) for uid, text, done, reason, prompt,
+               completion in zip(self.uids, self.texts, self.finished, self.finish_reasons, self.prompt_tokens,
+                                 self.completion_tokens)]
+        for i, logprobs in self.logprobs.items():
+            out[i].logprobs = logprobs
+        return out
+
+
+def pack_replies(msgs: List[BaseFrontendMsg]) -> List[BaseFrontendMsg]:
+    """The messages of one frame with their UserReplies packed into one UserReplyBatch, which comes first (every
+    other message keeps its order after it: a status report follows the tokens sent before it)."""
+    replies = [m for m in msgs if type(m) is UserReply]
+    if len(replies) < 2:
+        return msgs
+    return [UserReplyBatch.pack(replies), *(m for m in msgs if type(m) is not UserReply)]
 
 
 @dataclass

@@ -1,13 +1,14 @@
 """The scheduler process: the scheduler's loop, fed by messages instead of a list of prompts.
 
-Requests arrive as UserMsg (already tokenized) and leave as one DetokenizeMsg per generated token, both over ZMQ to
-the tokenizer process. The loop never waits while there is work: it takes whatever messages are queued, runs one
-step (with overlap scheduling, launching the next batch before the last one's tokens are read), and sends the new
-tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
+Requests arrive as UserMsg (already tokenized) and leave as generated tokens, both over ZMQ to the tokenizer process:
+one DetokenizeMsg per step carries every token of the step as arrays, so the scheduler's cost per token is two list
+appends, and the work per token (text, stop strings, replies) is the tokenizer process's. The loop never waits
+while there is work: it takes whatever messages are queued, runs one step (with overlap scheduling, launching the
+next batch before the last one's tokens are read), and sends the new tokens. Only when nothing runs or waits does it block on the socket. A HoldMsg (a hook for tests) holds it: it
 still takes messages but launches no batch, so a test can queue requests first and then let them run together.
 A token of a request that asked for log-probabilities (chapter 24) carries its own and its top_logprobs in the
-same message. One step may give a request several tokens (chapter 26's speculative decoding): one message each, in
-order, the last one marked finished.
+same message. One step may give a request several tokens (chapter 26's speculative decoding): in order, the last one
+marked finished.
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ class SchedulerIO:
         self.scheduler = scheduler
         self.recv, self.send = recv, send
         self.outbox: list[BaseTokenizerMsg] = []
-        self.new_tokens: list[tuple[Req, int, TokenLogprob | None]] = []  # (request, token, logprobs), last step
+        # the tokens the last step recorded, to send: token i is request uids[i]'s
+        self.uids: list[int] = []
+        self.tokens: list[int] = []
+        self.logprob_rows: list[int] = []  # chapter 24: the tokens that carry log-probabilities, and theirs
+        self.logprobs: list[TokenLogprob] = []
         self.running = True  # an ExitMsg ends the loop
-        scheduler.on_token = lambda req, token: self.new_tokens.append((req, token, scheduler.logprobs.latest(req.uid)))
+        scheduler.on_token = self._on_token
         # The hold (HoldMsg, a test and debugging hook) stands in front of the scheduler's choice of batch:
         # step() and overlap_step() launch nothing while it holds, and overlap_step still finishes the batch in flight.
         self.steps_left: int | None = None  # batches the scheduler may still launch; None: any number
@@ -103,6 +108,16 @@ class SchedulerIO:
             self.send.put(batched([StatusMsg(uid, self.status()) for uid in self._hold_replies], BatchTokenizerMsg))
             self._hold_replies = []
 
+    def _on_token(self, req: Req, token: int) -> None:
+        self.uids.append(req.uid)
+        self.tokens.append(token)
+        store = self.scheduler.logprobs
+        if store.entries:  # chapter 24: some request asked for log-probabilities
+            entry = store.latest(req.uid)
+            if entry is not None:
+                self.logprob_rows.append(len(self.tokens) - 1)
+                self.logprobs.append(entry)
+
     def process_msg(self, msg: BaseBackendMsg) -> None:
         """Act on one message: queue a request (or refuse it), abort one, report the status, or stop."""
         if isinstance(msg, UserMsg):
@@ -120,20 +135,27 @@ class SchedulerIO:
             raise MessageError(f"the scheduler does not handle {type(msg).__name__}")
 
     def send_results(self) -> None:
-        """Send what the last step produced: one DetokenizeMsg per new token, then the outbox, in one frame."""
+        """Send what the last step produced: one DetokenizeMsg with all its tokens, then the outbox, in one frame."""
         replies: list[BaseTokenizerMsg] = []
-        last = {req.uid: i for i, (req, _, _) in enumerate(self.new_tokens)}  # a request's last token of the step
-        for i, (req, token, logprobs) in enumerate(self.new_tokens):
-            finished = last[req.uid] == i and self.scheduler.take_finished(req.uid) is not None
-            msg = DetokenizeMsg(req.uid, token, finished, req.finish_reason if finished else None)
-            if logprobs is not None:
-                msg.logprob, msg.top_ids, msg.top_logprobs = logprobs.logprob, [t for t, _ in logprobs.top], \
-                    [v for _, v in logprobs.top]
+        if self.uids:
+            reasons = [""] * len(self.uids)
+            if self.scheduler.finished:
+                last = {uid: i for i, uid in enumerate(self.uids)}  # each request's last token of the step
+                for uid in list(self.scheduler.finished):
+                    req = self.scheduler.take_finished(uid)
+                    if uid in last:
+                        reasons[last[uid]] = req.finish_reason
+            msg = DetokenizeMsg(self.uids, self.tokens, reasons)
+            if self.logprobs:
+                msg.logprob_rows, msg.logprobs = self.logprob_rows, [e.logprob for e in self.logprobs]
+                msg.top_ids = [[t for t, _ in e.top] for e in self.logprobs]
+                msg.top_logprobs = [[v for _, v in e.top] for e in self.logprobs]
             replies.append(msg)
         replies += self.outbox
         if replies:
             self.send.put(batched(replies, BatchTokenizerMsg))
-        self.new_tokens, self.outbox = [], []
+        self.uids, self.tokens, self.outbox = [], [], []
+        self.logprob_rows, self.logprobs = [], []
 
     def status(self) -> dict[str, int]:
         """The scheduler's counters; when nothing runs it also checks the integrity of its tables and pages."""

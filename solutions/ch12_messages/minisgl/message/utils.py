@@ -53,7 +53,8 @@ def encode_value(value: Any) -> Any:
     """`value` as msgpack's types: dataclasses and tensors become tagged maps, lists and maps are walked."""
     # TODO(ch12): plain values (None, bool, int, float, str, bytes) pass as they are; a torch.Tensor becomes
     #   _encode_tensor(value); a dataclass becomes {TAG: its class name, field: encoded value, ...}; lists and
-    #   tuples become lists and maps become maps of encoded values; anything else is a MessageError.
+    #   tuples become lists (a list of plain values as it is: no call per item) and maps become maps of encoded
+    #   values; anything else is a MessageError.
     # >>> solution
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return value
@@ -63,6 +64,8 @@ def encode_value(value: Any) -> Any:
         fields = {name: encode_value(getattr(value, name)) for name in _field_names(type(value))}
         return {TAG: type(value).__name__, **fields}
     if isinstance(value, (list, tuple)):
+        if all(type(v) in PLAIN_TYPES for v in value):  # token ids, texts: msgpack packs the list as it is
+            return value if type(value) is list else list(value)
         return [encode_value(v) for v in value]
     if isinstance(value, dict):
         return {k: encode_value(v) for k, v in value.items()}
@@ -96,7 +99,8 @@ def decode_value(data: Any, hint: Any, where: str) -> Any:
     """`data` read back as type `hint` (a class, list[X], dict[K, V] or a union); `where` names the field
     for the error message."""
     # TODO(ch12): decode by the hint: a union tries each arm; torch.Tensor -> _decode_tensor; a dataclass ->
-    #   _decode_dataclass; list[X] / dict[K, V] decode every item; a plain type (int, float, str, bool, bytes,
+    #   _decode_dataclass; list[X] / dict[K, V] decode every item (a list whose items all are exactly the plain
+    #   type X passes in one pass: a step's token ids); a plain type (int, float, str, bool, bytes,
     #   None) must match exactly (a bool is not an int; an int may stand for a float). Anything that does not
     #   fit raises MessageError naming `where`, what was expected and what came (use _describe).
     # >>> solution
@@ -110,6 +114,8 @@ def decode_value(data: Any, hint: Any, where: str) -> Any:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _decode_dataclass(data, hint, where)
     if origin in (list, tuple) and isinstance(data, list):
+        if args[0] in PLAIN_TYPES and all(type(item) is args[0] for item in data):  # one pass, no call per item
+            return data
         return [decode_value(item, args[0], f"{where}[{i}]") for i, item in enumerate(data)]
     if origin is dict and isinstance(data, dict):
         return {decode_value(k, args[0], f"{where} key"): decode_value(v, args[1], f"{where}[{k!r}]")

@@ -4,9 +4,14 @@ Requests are parsed strictly (a string is not a number, a bool is not an integer
 a parameter the engine would ignore is a 400 naming it, never dropped in silence. Parameters OpenAI defines but
 the engine does not support (n > 1, logprobs, penalties, tools) are accepted only at their do-nothing values.
 Fields that change nothing in the answer are accepted, as SGLang and vLLM accept them: `user`, `store`,
-`metadata`, `parallel_tool_calls` (there are no tools), a message's `name` (passed to the chat template), an
-assistant message whose `content` is null, and the `developer` role, which OpenAI's newer models use for what
-the others call `system` (chat templates know only `system`).
+`metadata`, `parallel_tool_calls` (there are no tools), `safety_identifier`, OpenAI's prompt-cache hints
+(`prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`: the prefix cache here needs none),
+`prediction` (a predicted output makes OpenAI answer sooner, never differently), `stream_options.include_obfuscation`
+(no padding is added to the stream), a message's `name` (passed to the chat template), an assistant message whose
+`content` is null, and the `developer` role, which OpenAI's newer models use for what the others call `system`
+(chat templates know only `system`). Text-only output, no reasoning effort, no verbosity level, no web search and no
+moderation: `modalities`, `audio`, `reasoning_effort`, `verbosity`, `web_search_options` and `moderation` are
+accepted at their do-nothing values only, `service_tier` at "auto" and "default" (there is one tier).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class Strict(BaseModel):
 
 class StreamOptions(Strict):
     include_usage: bool = False
+    include_obfuscation: bool = True  # OpenAI pads chunks to hide their lengths; this server sends them as they are
 
 
 class Message(Strict):
@@ -84,6 +90,19 @@ class ChatCompletionRequest(Common):
     store: bool | None = None  # OpenAI keeps the completion for its dashboard; this server keeps nothing
     metadata: dict[str, str] | None = None  # tags for stored completions
     parallel_tool_calls: bool | None = None  # how tools may be called: there are no tools here
+    safety_identifier: str | None = None  # the client's tag for its end user, as `user`
+    prompt_cache_key: str | None = None  # OpenAI's prompt-cache hints: the prefix cache finds shared prefixes itself
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None  # predicted output: OpenAI answers sooner when it matches, never otherwise
+    # Accepted at their do-nothing values only (see NOT_SUPPORTED).
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
 
 
 # field -> the values that ask for nothing; anything else is refused with a 400
@@ -91,7 +110,10 @@ NOT_SUPPORTED = {
     "n": (None, 1), "best_of": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
     "logit_bias": (None, {}), "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
     "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
-    "function_call": (None, "none"), "response_format": (None, {"type": "text"}),
+    "function_call": (None, "none"),
+    "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "audio": (None,),
+    "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
+    "response_format": (None, {"type": "text"}),
 }
 
 

@@ -29,15 +29,30 @@ class BatchTokenizerMsg(BaseTokenizerMsg):
 
 @dataclass
 class DetokenizeMsg(BaseTokenizerMsg):
-    uid: int
-    next_token: int
-    finished: bool
-    finish_reason: str | None = None  # when finished: "stop" (an EOS token) or "length" (max_tokens)
-    # Chapter 24, for a request that asked: the token's log-probability, and the ids and log-probabilities of the
-    # most likely tokens at this step (top_logprobs of them, best first)
-    logprob: float | None = None
-    top_ids: List[int] | None = None
-    top_logprobs: List[float] | None = None
+    """One scheduler step's new tokens, as arrays: one message per step however many requests ran, and no object
+    per token on either side. Token i belongs to request uids[i] (a request with several tokens in one step has
+    them in order). finish_reasons[i] is "" while the request goes on, else why it ended with token i: "stop" (an
+    EOS token) or "length" (max_tokens)."""
+
+    uids: List[int]
+    tokens: List[int]
+    finish_reasons: List[str]
+    # Chapter 24, for the tokens of requests that asked: their indices in the arrays, each one's log-probability,
+    # and the ids and log-probabilities of the most likely tokens at its step (top_logprobs of them, best first)
+    logprob_rows: List[int] = field(default_factory=list)
+    logprobs: List[float] = field(default_factory=list)
+    top_ids: List[List[int]] = field(default_factory=list)
+    top_logprobs: List[List[float]] = field(default_factory=list)
+
+    @classmethod
+    def one(cls, uid: int, token: int, finish_reason: str | None = None) -> DetokenizeMsg:
+        """A step of one token (tests, examples)."""
+        return cls([uid], [token], [finish_reason or ""])
+
+    def rows(self):
+        """(uid, token, finish reason or None) for each token, in order."""
+        return ((uid, token, reason or None) for uid, token, reason in zip(self.uids, self.tokens,
+                                                                              self.finish_reasons))
 
 
 @dataclass

@@ -22,7 +22,7 @@ from minisgl.message.frontend import TokenLogprob
 from minisgl.message import (AbortBackendMsg, AbortMsg, BaseBackendMsg, BaseFrontendMsg, BaseTokenizerMsg,
                              BatchBackendMsg, BatchFrontendMsg, BatchTokenizerMsg, DetokenizeMsg, ErrorMsg,
                              ErrorReply, MessageError, StatusMsg, StatusReply, TokenizeMsg, UserMsg, UserReply,
-                             batched, unwrap)
+                             batched, pack_replies, unwrap)
 from minisgl.tokenizer.detokenize import DetokenizeManager
 from minisgl.tokenizer.tokenize import TokenizeManager
 from minisgl.utils.mp import ZmqPullQueue, ZmqPushQueue
@@ -50,7 +50,8 @@ class TokenizerWorker:
         """Act on each message in order. A message this process does not handle is reported, and the others go on.
         The tokens of a step are detokenized together: the windows they decode are decoded ahead in one batch."""
         msgs = list(msgs)
-        self.detokenize_manager.prefetch([(m.uid, m.next_token) for m in msgs if isinstance(m, DetokenizeMsg)])
+        self.detokenize_manager.prefetch([pair for m in msgs if isinstance(m, DetokenizeMsg)
+                                          for pair in zip(m.uids, m.tokens)])
         for msg in msgs:
             try:
                 self._handle(msg)
@@ -61,7 +62,11 @@ class TokenizerWorker:
         if isinstance(msg, TokenizeMsg):
             self.tokenize(msg)
         elif isinstance(msg, DetokenizeMsg):
-            self.detokenize(msg)
+            rows = dict(zip(msg.logprob_rows, range(len(msg.logprob_rows))))  # chapter 24: token -> its entry
+            for i, (uid, token, reason) in enumerate(msg.rows()):
+                k = rows.get(i) if rows else None
+                self.detokenize(uid, token, reason, None if k is None else
+                                (msg.logprobs[k], msg.top_ids[k], msg.top_logprobs[k]))
         elif isinstance(msg, AbortMsg):
             self.abort(msg.uid)
         elif isinstance(msg, ErrorMsg):  # the scheduler refused it: the stream never starts
@@ -120,29 +125,31 @@ class TokenizerWorker:
         if reply.finished:
             self.intervals.pop(uid, None)
 
-    def detokenize(self, msg: DetokenizeMsg) -> None:
-        """One generated token: the new text goes to the front end. A stream that ended on a stop string or stop
-        token while the scheduler still runs the request makes the scheduler abort it."""
-        if msg.uid not in self.detokenize_manager.streams:
+    def detokenize(self, uid: int, token: int, finish_reason: str | None,
+                   logprobs: tuple[float, list[int], list[float]] | None = None) -> None:
+        """One generated token of request `uid`: the new text goes to the front end. `finish_reason` is the
+        scheduler's when this token ended the request (None while it runs); `logprobs` (chapter 24) the token's
+        log-probability and its top ids and log-probabilities, if the request asked. A stream that ended on a stop
+        string or stop token while the scheduler still runs the request makes the scheduler abort it."""
+        if uid not in self.detokenize_manager.streams:
             return
-        usage = self.usage[msg.uid]
+        usage = self.usage[uid]
         usage[1] += 1
-        result = self.detokenize_manager.detokenize(msg.uid, msg.next_token, msg.finished)
+        result = self.detokenize_manager.detokenize(uid, token, finish_reason is not None)
         reason = None
         if result.finished:
-            reason = "stop" if result.matched_stop is not None else msg.finish_reason
-            if not msg.finished:
-                self.to_backend.append(AbortBackendMsg(msg.uid))
-            del self.usage[msg.uid]
-        reply = UserReply(msg.uid, result.text, result.finished, reason, *usage)
-        if msg.logprob is not None:
-            reply.logprobs = [self.token_logprob(msg)]
+            reason = "stop" if result.matched_stop is not None else finish_reason
+            if finish_reason is None:
+                self.to_backend.append(AbortBackendMsg(uid))
+            del self.usage[uid]
+        reply = UserReply(uid, result.text, result.finished, reason, *usage)
+        if logprobs is not None:
+            reply.logprobs = [self.token_logprob(token, *logprobs)]
         self.reply(reply)
 
-    def token_logprob(self, msg: DetokenizeMsg) -> TokenLogprob:
+    def token_logprob(self, token: int, logprob: float, top_ids: list[int], top_logprobs: list[float]) -> TokenLogprob:
         """Chapter 24: a token's log-probabilities with texts for its ids."""
-        return TokenLogprob(self.token_text(msg.next_token), msg.logprob, [self.token_text(t) for t in msg.top_ids],
-                            list(msg.top_logprobs))
+        return TokenLogprob(self.token_text(token), logprob, [self.token_text(t) for t in top_ids], list(top_logprobs))
 
     def token_text(self, token_id: int) -> str:
         """A token's text on its own (special tokens by their names), decoded once per id."""
@@ -197,8 +204,8 @@ def tokenize_worker(model_path: str, max_seq_len: int, vocab_size: int, addr: st
             to_backend, to_frontend = worker.take_outputs()
             if to_backend:
                 send_backend.put(batched(to_backend, BatchBackendMsg))
-            if to_frontend:
-                send_frontend.put(batched(to_frontend, BatchFrontendMsg))
+            if to_frontend:  # the step's replies as one UserReplyBatch
+                send_frontend.put(batched(pack_replies(to_frontend), BatchFrontendMsg))
 
 
 def _get(queue: ZmqPullQueue, timeout: float):

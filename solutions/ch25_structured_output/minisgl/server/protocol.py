@@ -8,9 +8,14 @@ logit_bias under OpenAI's names and shapes, repetition_penalty, min_p and min_to
 Chapter 25 adds structured output: OpenAI's response_format (json_object, json_schema) on both endpoints, and
 SGLang's regex and ebnf fields.
 Fields that change nothing in the answer are accepted, as SGLang and vLLM accept them: `user`, `store`,
-`metadata`, `parallel_tool_calls` (there are no tools), a message's `name` (passed to the chat template), an
-assistant message whose `content` is null, and the `developer` role, which OpenAI's newer models use for what
-the others call `system` (chat templates know only `system`).
+`metadata`, `parallel_tool_calls` (there are no tools), `safety_identifier`, OpenAI's prompt-cache hints
+(`prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`: the prefix cache here needs none),
+`prediction` (a predicted output makes OpenAI answer sooner, never differently), `stream_options.include_obfuscation`
+(no padding is added to the stream), a message's `name` (passed to the chat template), an assistant message whose
+`content` is null, and the `developer` role, which OpenAI's newer models use for what the others call `system`
+(chat templates know only `system`). Text-only output, no reasoning effort, no verbosity level, no web search and no
+moderation: `modalities`, `audio`, `reasoning_effort`, `verbosity`, `web_search_options` and `moderation` are
+accepted at their do-nothing values only, `service_tier` at "auto" and "default" (there is one tier).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Strict(BaseModel):
 
 class StreamOptions(Strict):
     include_usage: bool = False
+    include_obfuscation: bool = True  # OpenAI pads chunks to hide their lengths; this server sends them as they are
 
 
 class Message(Strict):
@@ -96,12 +102,27 @@ class ChatCompletionRequest(Common):
     store: bool | None = None  # OpenAI keeps the completion for its dashboard; this server keeps nothing
     metadata: dict[str, str] | None = None  # tags for stored completions
     parallel_tool_calls: bool | None = None  # how tools may be called: there are no tools here
+    safety_identifier: str | None = None  # the client's tag for its end user, as `user`
+    prompt_cache_key: str | None = None  # OpenAI's prompt-cache hints: the prefix cache finds shared prefixes itself
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None  # predicted output: OpenAI answers sooner when it matches, never otherwise
+    # Accepted at their do-nothing values only (see NOT_SUPPORTED).
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
 
 
 # field -> the values that ask for nothing; anything else is refused with a 400
 NOT_SUPPORTED = {
     "best_of": (None, 1), "echo": (None, False), "suffix": (None, ""), "tools": (None, []),
     "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
+    "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "audio": (None,),
+    "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
 }
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for the legacy completions' logprobs
 
