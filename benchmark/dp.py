@@ -106,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default="round_robin,cache_aware")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--conversations", type=int, default=12)
-    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--turns", type=int, default=4)
     p.add_argument("--system-prompts", type=int, default=2)
-    p.add_argument("--system-words", type=int, default=160)
+    p.add_argument("--system-words", type=int, default=80)
+    p.add_argument("--answer-words", type=int, default=40, help="words of each (written) assistant answer")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="build/bench-dp/results.json")
     p.add_argument("--md", default=None, help="also write the table here")
     a = p.parse_args(argv)
-    workload = chat_workload(a.conversations, a.turns, a.system_prompts, a.system_words, seed=a.seed)
+    workload = chat_workload(a.conversations, a.turns, a.system_prompts, a.system_words, answer_words=a.answer_words,
+                             seed=a.seed)
     runs = []
     for run in range(a.runs):  # policies alternate, so that a machine busier at some moment costs both
         for policy in a.policies.split(","):
