@@ -127,7 +127,7 @@ docs: deps  ## read the book at http://127.0.0.1:8000 (English) and http://127.0
 	$(PY) -m tools.vendor_assets
 	$(PY) -m mkdocs serve -a 127.0.0.1:8000
 
-test: deps models  ## the maintainers' full check (what CI runs)
+test: deps models $(ROUTER)  ## the maintainers' full check (what CI runs; installs chapter 27's sglang-router once)
 	$(PY) -m tools.vendor_assets
 	$(PY) -m pytest tests/course -n 2 --dist loadgroup -p no:cacheprovider -v --durations=15
 

@@ -119,6 +119,7 @@ def test_the_tree_matches_what_any_inserted_text_shares_with_the_query(seed):
 def test_a_split_keeps_both_halves_and_the_older_epoch():
     """"hello" then "help": the node "hel" is split off; both words still match whole, "hel..." keeps epoch 0."""
     tree = ApproxTree()
+    assert tree.match("hello") == (0, -1), f"an empty tree matches nothing: {tree.match('hello')}"
     tree.insert("hello", 0)
     tree.insert("help", 1)
     cases = {"hello world": (5, 0), "helpful": (4, 1), "helium": (3, 0), "hex": (2, 0), "x": (0, -1), "": (0, -1)}
@@ -210,6 +211,13 @@ def test_the_threshold_is_strict_ties_go_to_the_older_text_and_the_first_worker(
     assert p.select("zzzx") == 0, "3 of 4 characters match on workers 0 and 1; worker 0 held 'zzz' first"
     p.loads = [1, 0, 0]
     assert p.select("") == 1, "an empty text matches nothing: the least loaded, the first of equals"
+    q = CacheAwarePolicy(["a", "b"], CacheAwareConfig(balance_abs_threshold=2))
+    q.loads = [1, 0]
+    assert q.select("abcdef") == 1, "nothing matches: the least loaded, worker 1"
+    q.loads = [0, 5]
+    assert q.select("abcxyz") == 0, "imbalanced: worker 0, the least loaded"
+    q.loads = [0, 0]
+    assert q.select("abcq") == 1, "3 of 4 characters on both workers: worker 1 held 'abc' first (not the lower index)"
 
 
 @pytest.mark.stubs("CacheAwarePolicy.select", "is_imbalanced", "ApproxTree.insert", "ApproxTree.match")

@@ -106,7 +106,7 @@ class DataParallel:
     def stop(self) -> None:
         """The router first (no request reaches a stopping server through it), then every server."""
         if self.router is not None and self.router.poll() is None:
-            self.router.send_signal(signal.SIGINT)
+            self.router.terminate()  # SIGTERM: it exits at once (SIGINT makes it print a traceback)
             try:
                 self.router.wait(10)
             except subprocess.TimeoutExpired:
