@@ -636,10 +636,18 @@ def chapter_state(ch: Chapter) -> str:
     return "passing" if code == 0 else "in progress"
 
 
+# The book's stages, by their first chapter (docs/index.md): `make progress` groups the chapters under them.
+STAGES = {0: "Stage 0: a tiny engine", 1: "Stage 1: compute it right", 7: "Stage 2: schedule well",
+          12: "Stage 3: serve it", 16: "Stage 4: faster and bigger", 23: "Stage 5: beyond mini-sglang",
+          27: "Stage 6: serve at scale"}
+
+
 def cmd_progress() -> int:
     for ch in all_chapters():
+        if ch.number in STAGES:
+            print(STAGES[ch.number])
         state = chapter_state(ch)
-        print(f"ch{ch.number:02d}  {ch.title:<22} {_color(state, {'passing': 'done', 'in progress': 'failing'}.get(state, 'not started'))}")
+        print(f"  ch{ch.number:02d}  {ch.title:<22} {_color(state, {'passing': 'done', 'in progress': 'failing'}.get(state, 'not started'))}")
     return 0
 
 
