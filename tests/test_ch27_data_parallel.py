@@ -442,7 +442,7 @@ def test_the_policy_makes_the_real_routers_choices_on_the_same_trace():
 
 
 class Launcher:
-    """`python -m minisgl.router --dp N` (chapter 27's launcher) on a free port, stopped with Ctrl-C's signal."""
+    """`python -m minisgl.router --dp N` (chapter 27's launcher) on a free port, stopped by SIGTERM (as Ctrl-C)."""
 
     SERVING = re.compile(r"serving .* on (http://\S+) through sglang-router")
 
@@ -464,7 +464,7 @@ class Launcher:
             self.lines.append(line.rstrip("\n"))
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
+        self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(120)
 
 

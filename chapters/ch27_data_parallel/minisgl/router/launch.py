@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -63,13 +62,7 @@ class DataParallel:
         self.router: subprocess.Popen | None = None
         env = os.environ | {"MINISGL_CPU_THREADS": str(threads_each(dp)), "OMP_NUM_THREADS": str(threads_each(dp))}
         try:
-            with ThreadPoolExecutor(dp) as pool:  # they load their models side by side
-                starting = [pool.submit(LocalServer, model, *server_flags, env=env, echo=echo) for _ in range(dp)]
-                for future in starting:
-                    try:
-                        self.servers.append(future.result())
-                    except Exception as e:
-                        raise RuntimeError(f"a server did not start: {e}") from None
+            self._start_servers(dp, model, server_flags, env, echo)
             port = port or free_port(host)
             self.url = f"http://{host}:{port}"
             command = [*router, "--host", host, "--port", str(port), "--worker-urls", *self.worker_urls,
@@ -80,6 +73,22 @@ class DataParallel:
         except BaseException:
             self.stop()
             raise
+
+    def _start_servers(self, dp: int, model: str, flags: list[str], env: dict, echo: bool) -> None:
+        """dp servers, loading their models side by side. If one fails (or Ctrl-C comes), the others still come up
+        or fail first, and every one that came up is kept in self.servers, so that stop() stops it."""
+        pool = ThreadPoolExecutor(dp)
+        starting = [pool.submit(LocalServer, model, *flags, env=env, echo=echo) for _ in range(dp)]
+        try:
+            for future in starting:
+                try:
+                    self.servers.append(future.result())
+                except Exception as e:
+                    raise RuntimeError(f"a server did not start: {e}") from None
+        finally:
+            pool.shutdown(wait=True)
+            if len(self.servers) < dp:
+                self.servers = [f.result() for f in starting if f.exception() is None]
 
     @property
     def worker_urls(self) -> list[str]:
@@ -134,19 +143,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="the command that runs sglang-router (default $SGLANG_ROUTER, else sglang-router)")
     p.add_argument("--router-args", default="", help="more flags for the router, e.g. \"--cache-threshold 0.5\"")
     a, server_flags = p.parse_known_args(argv)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+
+    def interrupt(*_) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C and SIGTERM both stop everything, set here because a process started in the background by a shell
+    # inherits SIGINT ignored.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     print(f"starting {a.dp} servers of {a.model} and sglang-router ({a.policy}) ...", flush=True)
     try:
         with DataParallel(a.model, a.dp, shlex.split(a.router), server_flags, a.host, a.port, a.policy,
                           shlex.split(a.router_args)) as dp:
             print(f"serving {a.model} on {dp.url} through sglang-router ({a.policy}, {a.dp} workers: "
                   f"{' '.join(dp.worker_urls)}; Ctrl-C stops)", flush=True)
-            while dp.alive() and not stopping.wait(0.5):
-                pass
-            if not stopping.is_set():
-                print("error: a server or the router exited; stopping the rest", flush=True)
-                return 1
+            while dp.alive():
+                time.sleep(0.5)
+            print("error: a server or the router exited; stopping the rest", flush=True)
+            return 1
     except KeyboardInterrupt:
         pass
     except (RuntimeError, ValueError, FileNotFoundError) as e:
