@@ -23,15 +23,13 @@ from pathlib import Path
 
 import httpx
 
-from minisgl.router.launch import DataParallel
-from minisgl.router.workload import Turn, chat_workload
-
+# minisgl is imported where it is used: `make router` reads SGLANG_ROUTER_VERSION with no tree on the path.
 SGLANG_ROUTER_VERSION = "0.3.2"  # the router `make router` installs (build/sglang-router)
 ROUTER_COMMAND = "build/sglang-router/bin/python -m sglang_router.launch_router"
 SERVER_FLAGS = "--max-running-reqs 8 --max-seq-len 1024 --cpu-kv-cache-mb 128"
 
 
-def send_conversations(url: str, model: str, workload: list[list[Turn]], concurrency: int, max_tokens: int) -> int:
+def send_conversations(url: str, model: str, workload: list[list], concurrency: int, max_tokens: int) -> int:
     """Every conversation, `concurrency` at a time, each turn after the last one's answer. Returns the output
     tokens (from each answer's usage); raises on any error answer."""
     todo: queue.Queue = queue.Queue()
@@ -66,7 +64,9 @@ def send_conversations(url: str, model: str, workload: list[list[Turn]], concurr
     return out[0]
 
 
-def one_run(args: argparse.Namespace, policy: str, workload: list[list[Turn]]) -> dict:
+def one_run(args: argparse.Namespace, policy: str, workload: list[list]) -> dict:
+    from minisgl.router.launch import DataParallel
+
     model = Path(args.model).name
     with DataParallel(args.model, args.dp, shlex.split(args.router), shlex.split(args.server_args), port=0,
                       policy=policy, echo=False) as dp:
@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="build/bench-dp/results.json")
     p.add_argument("--md", default=None, help="also write the table here")
     a = p.parse_args(argv)
+    from minisgl.router.workload import chat_workload
+
     workload = chat_workload(a.conversations, a.turns, a.system_prompts, a.system_words, answer_words=a.answer_words,
                              seed=a.seed)
     runs = []
