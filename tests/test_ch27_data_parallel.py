@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pytest
@@ -408,7 +407,6 @@ def test_the_policy_makes_the_real_routers_choices_on_the_same_trace():
         policy, oracle = CacheAwarePolicy(order, config), PolicyOracle(3, config)
         probes = [("send", t) for t in ("aaa", "aaabbbbbbb", "aaabbbbbbb", "zzzz", "zzzzq", "", "aaabbbbbbbc")]
         trace = probes + chat_trace(5, finish_rate=0.5, conversations=9, turns=3, system_prompts=3, system_words=30)
-        sent = []
         for step, (kind, arg) in enumerate(trace):
             if kind == "finish":
                 worker, _, release = workers.got[arg]
@@ -430,7 +428,6 @@ def test_the_policy_makes_the_real_routers_choices_on_the_same_trace():
             oracle.select(arg)
             assert got == want, (f"step {step}: loads {loads}, text {arg[:40]!r}: the router chose worker {got}, "
                                  f"the policy {want} (the documented rules say {oracle.branches[-1]})")
-            sent.append(got)
         assert {"imbalanced", "cache hit", "low match"} <= set(oracle.branches), \
             f"the trace must reach every rule, reached {set(oracle.branches)}"
     finally:

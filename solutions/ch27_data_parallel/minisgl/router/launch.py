@@ -20,7 +20,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
