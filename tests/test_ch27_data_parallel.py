@@ -471,12 +471,21 @@ def dp():
         pytest.skip("sglang-router is not installed: `make router` puts it in build/sglang-router")
     import psutil
 
+    from minisgl.server.local import running
+
     launcher = Launcher("--dp", "2", "--model", str(model_path(NAME)), "--max-seq-len", "256", "--cpu-kv-cache-mb", "8")
     children = psutil.Process(launcher.proc.pid).children(recursive=True)
     yield launcher
-    code = launcher.stop()
-    left = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert code == 0 and not left, f"the launcher exited with {code}, left {left} running: {launcher.lines[-10:]}"
+    try:
+        code = launcher.stop()
+    finally:  # whatever happened, nothing of it outlives the test
+        left = [c for c in children if running(c)]
+        for process in left:
+            process.kill()
+        if launcher.proc.poll() is None:
+            launcher.proc.kill()
+    assert code == 0 and not left, \
+        f"the launcher exited with {code}, left {[c.pid for c in left]} running: {launcher.lines[-10:]}"
 
 
 @needs_router
