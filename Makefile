@@ -8,6 +8,9 @@ V       ?=
 ARGS    ?=
 TP      ?=
 PORT    ?= 8000
+DP      ?=
+POLICY  ?= cache_aware
+ROUTER  := build/sglang-router/bin/python
 # Install stamps name the Python too: a new .venv gets its own packages.
 DEPS    := build/.deps-$(shell { echo '$(PY)'; cat requirements.txt; } | cksum | cut -d' ' -f1)
 # On Linux torch's CPU build comes from PyTorch's index: PyPI's Linux wheel is the CUDA build (~3 GB more, and it
@@ -20,7 +23,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -60,8 +63,20 @@ trace: deps need-ch  ## record chapter CH's example step by step on your tree (M
 traces: deps models  ## (maintainers) record the reference traces the book's trace player plays (docs/assets/traces)
 	$(PY) -m tools.trace book
 
-serve: deps  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags)
-	$(COURSE) serve $(if $(CH),--ch $(CH)) $(if $(SOL),--sol) $(if $(MINE),--mine) --host 127.0.0.1 --port $(PORT) $(ARGS)
+serve: deps $(if $(DP),$(ROUTER))  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags; DP=N: N servers behind sglang-router, POLICY=)
+	$(COURSE) serve $(if $(CH),--ch $(CH)) $(if $(SOL),--sol) $(if $(MINE),--mine) \
+		$(if $(DP),--dp $(DP) --policy $(POLICY) --router "$(ROUTER) -m sglang_router.launch_router") \
+		--host 127.0.0.1 --port $(PORT) $(ARGS)
+
+# Chapter 27: sglang-router (Rust, a wheel from PyPI) in a virtual environment of its own, its version pinned in
+# benchmark/dp.py. `make serve DP=N` and `make bench-dp` install it the first time; chapter 27's router tests use it
+# when it is there and say how to get it when it is not.
+router: $(ROUTER)  ## (chapter 27) install sglang-router into build/sglang-router (once, ~150 MB)
+
+$(ROUTER):
+	@echo "== installing sglang-router into build/sglang-router (once)"
+	rm -rf build/sglang-router && $(PY) -m venv build/sglang-router && $(ROUTER) -m pip install -q \
+		--disable-pip-version-check "sglang-router==$$($(PY) -c 'from benchmark.dp import SGLANG_ROUTER_VERSION; print(SGLANG_ROUTER_VERSION)')"
 
 check: deps need-ch  ## test your chapter CH (MINE=1: your files of every chapter; SOL=1: the reference; V=1 verbose)
 	$(COURSE) check $(CH) $(FLAGS)
@@ -112,7 +127,7 @@ docs: deps  ## read the book at http://127.0.0.1:8000 (English) and http://127.0
 	$(PY) -m tools.vendor_assets
 	$(PY) -m mkdocs serve -a 127.0.0.1:8000
 
-test: deps models  ## the maintainers' full check (what CI runs)
+test: deps models $(ROUTER)  ## the maintainers' full check (what CI runs; installs chapter 27's sglang-router once)
 	$(PY) -m tools.vendor_assets
 	$(PY) -m pytest tests/course -n 2 --dist loadgroup -p no:cacheprovider -v --durations=15
 
@@ -188,6 +203,16 @@ build/aiperf/bin/aiperf:  # AIPerf in a virtual environment of its own (its pinn
 	@echo "== installing AIPerf into build/aiperf (once)"
 	$(PY) -m venv build/aiperf && build/aiperf/bin/python -m pip install -q --disable-pip-version-check \
 		"aiperf==$$($(PY) -c 'from benchmark.aiperf import AIPERF_VERSION; print(AIPERF_VERSION)')"
+
+# Chapter 27's measurement: round robin against cache-aware routing, DP=2 servers of SmolLM2 behind sglang-router,
+# the multi-turn chat workload, fresh servers each run (BENCH_DP_ARGS: python -m benchmark.dp --help).
+BENCH_DP_DIR  ?= build/bench-dp
+BENCH_DP_ARGS ?=
+
+bench-dp: deps $(ROUTER)  ## chapter 27's measurement: cache hit rate and throughput, round robin vs cache-aware (DP=2)
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.dp \
+		--out $(BENCH_DP_DIR)/results.json --md $(BENCH_DP_DIR)/table.md $(BENCH_DP_ARGS)
 
 # Chapter 22's CPU benchmark: our engine (the final tree) against vLLM's CPU build on SmolLM2-135M, float32 and (where
 # the CPU multiplies bf16 in hardware) bfloat16; batch 1, batch 8 and a throughput workload, the same requests,

@@ -476,17 +476,21 @@ def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int
 
 # ----------------------------------------------------------------------------- serve
 SERVER_CHAPTER = 15  # the first chapter whose tree has `python -m minisgl.server`
+DP_CHAPTER = 27  # the first chapter whose tree has `python -m minisgl.router` (N servers behind sglang-router)
 
 
-def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = None) -> int:
+def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = None, dp: int | None = None) -> int:
     """The OpenAI-compatible server (and its chat page) on $MODEL, default the bundled SmolLM2, with chapter n's
     tree importable (no n: the final reference tree). This process becomes the server: Ctrl-C stops it and its
-    workers."""
+    workers. With dp: chapter 27's launcher instead, dp servers behind sglang-router (args name the router)."""
     from tools.models import model_path_from_env
 
     if n is not None and n < SERVER_CHAPTER:
         raise ValueError(f"chapter {n}'s tree has no server: it arrives in chapter {SERVER_CHAPTER} "
                          f"(make serve CH={SERVER_CHAPTER} or later, or no CH for the finished engine)")
+    if dp is not None and n is not None and n < DP_CHAPTER:
+        raise ValueError(f"chapter {n}'s tree has no data-parallel launcher: it arrives in chapter {DP_CHAPTER} "
+                         f"(make serve DP={dp} CH={DP_CHAPTER} or later, or no CH)")
     check_model_env()
     tree = assemble(all_chapters()[-1].number if n is None else n,
                     "ref" if sol or n is None else ("mine" if mine else "learner"))
@@ -494,6 +498,8 @@ def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = Non
     env = tree_env(tree)
     print(f"== the server on {_shown(tree)}, model {_shown(model)}, {threads_note(env)}", flush=True)
     cmd = [sys.executable, "-m", "minisgl.server", "--model", str(model), *(args or [])]
+    if dp is not None:
+        cmd = [sys.executable, "-m", "minisgl.router", "--dp", str(dp), "--model", str(model), *(args or [])]
     os.chdir(ROOT)
     os.execve(sys.executable, cmd, env)
 
@@ -630,10 +636,18 @@ def chapter_state(ch: Chapter) -> str:
     return "passing" if code == 0 else "in progress"
 
 
+# The book's stages, by their first chapter (docs/index.md): `make progress` groups the chapters under them.
+STAGES = {0: "Stage 0: a tiny engine", 1: "Stage 1: compute it right", 7: "Stage 2: schedule well",
+          12: "Stage 3: serve it", 16: "Stage 4: faster and bigger", 23: "Stage 5: beyond mini-sglang",
+          27: "Stage 6: serve at scale"}
+
+
 def cmd_progress() -> int:
     for ch in all_chapters():
+        if ch.number in STAGES:
+            print(STAGES[ch.number])
         state = chapter_state(ch)
-        print(f"ch{ch.number:02d}  {ch.title:<22} {_color(state, {'passing': 'done', 'in progress': 'failing'}.get(state, 'not started'))}")
+        print(f"  ch{ch.number:02d}  {ch.title:<22} {_color(state, {'passing': 'done', 'in progress': 'failing'}.get(state, 'not started'))}")
     return 0
 
 
@@ -660,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
                        "reference)")
     serve.add_argument("--sol", action="store_true", help="the reference tree of chapter CH")
     serve.add_argument("--mine", action="store_true", help="your files of every chapter <= CH")
+    serve.add_argument("--dp", type=int, default=None, help="chapter 27: this many servers behind sglang-router")
     a, rest = ap.parse_known_args(argv)
     if rest and a.cmd not in ("run", "example", "lab", "serve"):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -681,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "lab":
             return cmd_lab(a.ch, a.sol, a.mine, args=rest)
         if a.cmd == "serve":
-            return cmd_serve(a.ch, a.sol, a.mine, args=rest)
+            return cmd_serve(a.ch, a.sol, a.mine, args=rest, dp=a.dp)
         if a.cmd == "diff":
             return cmd_diff(a.ch)
         if a.cmd == "reset":

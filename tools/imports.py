@@ -20,6 +20,7 @@ PACKAGE = "minisgl"
 # Imports flow one way, from the top of this list to the bottom (design, section 8): a module may import its
 # own layer or any layer below it, never one above. Subpackages not listed here are not checked.
 LAYERS = [
+    ("router",),  # chapter 27: N servers behind sglang-router, and the model of its policy, above the server
     ("server", "benchmark", "teaching"),
     ("llm", "scheduler", "spec"),  # spec (chapter 26): proposers and verification, beside the scheduler
     ("engine",),

@@ -1,0 +1,5 @@
+import sys
+
+from minisgl.router.launch import main
+
+sys.exit(main())
