@@ -22,7 +22,6 @@ from pathlib import Path
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from minisgl.message import AbortMsg
 from minisgl.server.args import ServerArgs
 from minisgl.server.errors import APIError, add_error_handlers
 from minisgl.server.frontend import Frontend
@@ -124,7 +123,7 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
             raise APIError(404, f"no running request has the id {body.id!r}", param="id")
         frontend.check_alive()
         for uid in uids:  # its stream ends with finish_reason "abort"
-            frontend.workers.to_tokenizer.put(AbortMsg(uid))
+            frontend.send_abort(uid)
         return {"aborted": body.id}
 
     # A test and debugging hook (SGLang has these routes): paused, the scheduler queues requests, answers aborts and

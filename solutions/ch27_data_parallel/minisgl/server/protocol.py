@@ -11,9 +11,14 @@ Chapter 27 accepts the SGLang-native fields sglang-router adds to every request 
 skip_special_tokens, return_hidden_states; on chats continue_final_message, separate_reasoning, stream_reasoning):
 at the values that ask for what this server does anyway; any other value is a 400 naming the field.
 Fields that change nothing in the answer are accepted, as SGLang and vLLM accept them: `user`, `store`,
-`metadata`, `parallel_tool_calls` (there are no tools), a message's `name` (passed to the chat template), an
-assistant message whose `content` is null, and the `developer` role, which OpenAI's newer models use for what
-the others call `system` (chat templates know only `system`).
+`metadata`, `parallel_tool_calls` (there are no tools), `safety_identifier`, OpenAI's prompt-cache hints
+(`prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`: the prefix cache here needs none),
+`prediction` (a predicted output makes OpenAI answer sooner, never differently), `stream_options.include_obfuscation`
+(no padding is added to the stream), a message's `name` (passed to the chat template), an assistant message whose
+`content` is null, and the `developer` role, which OpenAI's newer models use for what the others call `system`
+(chat templates know only `system`). Text-only output, no reasoning effort, no verbosity level, no web search and no
+moderation: `modalities`, `audio`, `reasoning_effort`, `verbosity`, `web_search_options` and `moderation` are
+accepted at their do-nothing values only, `service_tier` at "auto" and "default" (there is one tier).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Strict(BaseModel):
 
 class StreamOptions(Strict):
     include_usage: bool = False
+    include_obfuscation: bool = True  # OpenAI pads chunks to hide their lengths; this server sends them as they are
 
 
 class Message(Strict):
@@ -107,6 +113,19 @@ class ChatCompletionRequest(Common):
     continue_final_message: bool = False  # True would extend the last (assistant) message instead of answering it
     separate_reasoning: bool = True  # reasoning text in its own field: there is no reasoning parser here, so no
     stream_reasoning: bool = True  # reasoning text to separate or stream; both values change nothing
+    safety_identifier: str | None = None  # the client's tag for its end user, as `user`
+    prompt_cache_key: str | None = None  # OpenAI's prompt-cache hints: the prefix cache finds shared prefixes itself
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None  # predicted output: OpenAI answers sooner when it matches, never otherwise
+    # Accepted at their do-nothing values only (see NOT_SUPPORTED).
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
 
 
 # field -> the values that ask for nothing; anything else is refused with a 400
@@ -116,6 +135,8 @@ NOT_SUPPORTED = {
     # chapter 27: SGLang's fields, at the values sglang-router sends (None: the endpoint has no such field)
     "no_stop_trim": (False,), "skip_special_tokens": (True,), "return_hidden_states": (False,),
     "continue_final_message": (None, False),
+    "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "audio": (None,),
+    "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
 }
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for the legacy completions' logprobs
 
