@@ -755,10 +755,113 @@ def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_token
     assert_clean(llm)
 
 
+# --- EAGLE: a head over the target's features ------------------------------------------------------------------------
+
+def tiny_head(seed: int = 0):
+    """A small EagleHead with random weights (hidden 8, 2 query heads sharing 1 KV head), its vocabulary of 11."""
+    from minisgl.spec.eagle import EagleHead, HeadConfig
+
+    g = torch.Generator().manual_seed(seed)
+    c = HeadConfig(hidden_size=8, intermediate_size=16, num_heads=2, num_kv_heads=1, head_dim=4, rope_base=10000.0,
+                   rms_norm_eps=1e-6, vocab_size=11, draft_vocab_size=5, window=3)
+    torch.manual_seed(seed)
+    head = EagleHead(c, torch.randn(11, 8, generator=g), torch.rand(8, generator=g) + 0.5,
+                     torch.randn(11, 8, generator=g), torch.tensor([0, 2, 3, 7, 10]))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return head, g
+
+
+def rms_norm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+@pytest.mark.stubs("EagleHead.forward")
+def test_the_eagle_head_maps_feature_and_token_through_fc_layer_and_the_targets_norm():
+    """Pair p = (f_p, token p + 1): the output is the target's final norm of layer(fc([f_p, embedding]))), in
+    float64 against the head's own parts. With fc picking the feature half and a layer that adds nothing, the output
+    is the normed feature; picking the embedding half, the normed embedding (order and norm both matter)."""
+    from minisgl.spec.eagle import window_mask
+
+    head, g = tiny_head()
+    features, tokens = torch.randn(2, 5, 8, generator=g), torch.randint(0, 11, (2, 5), generator=g)
+    positions = torch.arange(5).repeat(2, 1)
+    mask = window_mask(torch.ones(2, 5, dtype=torch.bool), 3)
+    got = head(features, tokens, positions, mask)
+    h64 = head.double()
+    want = rms_norm64(h64.layer(h64.fc(torch.cat([features.double(), h64.embed[tokens]], -1)), positions, mask),
+                      h64.norm_weight, head.c.rms_norm_eps)
+    assert got.shape == (2, 5, 8), f"one predicted feature per pair: got shape {tuple(got.shape)}, expected (2, 5, 8)"
+    err = (got.double() - want).abs().max().item()
+    assert err < 1e-4, f"norm(layer(fc([feature, embedding]))) differs from float64 by {err:.2e}"
+    with torch.no_grad():
+        head.layer.o_proj.weight.zero_()
+        head.layer.down_proj.weight.zero_()  # the layer adds nothing: the output is the norm of fc's
+        eye = torch.eye(8, dtype=torch.float64)
+        for half, source in (("feature", features.double()), ("embedding", h64.embed[tokens])):
+            head.fc.weight.copy_(torch.cat([eye, 0 * eye] if half == "feature" else [0 * eye, eye], 1))
+            got = head(features.double(), tokens, positions, mask)
+            want = rms_norm64(source, h64.norm_weight, head.c.rms_norm_eps)
+            err = (got - want).abs().max().item()
+            assert err < 1e-9, (f"fc reading only the {half} half (the feature comes first) should give the "
+                                f"target-normed {half}; differs by {err:.2e}")
+
+
+@pytest.fixture(scope="module")
+def eagle_head(tmp_path_factory):
+    """A head for tiny-qwen3 trained here by the course's recipe (tools/eagle.py) on a few seconds of CPU, and its
+    training data (the target's greedy answers, features and tokens, recorded by the engine)."""
+    from tools import eagle
+
+    tok = tokenizer(NAME)
+    llm = make_llm(None, max_running_reqs=12, cache_type="naive")
+    data = eagle.collect(llm, [eagle.encode(tok, t) for t in eagle.prompts("train")[:12]], 32)
+    head = eagle.new_head(llm.engine, data, 4096, 16)
+    eagle.train(head, data, 120, lr=3e-3, progress=False)
+    folder = tmp_path_factory.mktemp("tiny-qwen3-eagle")
+    head.save(folder)
+    return folder, head, data
+
+
+def test_a_trained_eagle_head_predicts_the_targets_next_tokens_on_its_training_text(eagle_head):
+    """Teacher-forced on the text it was trained on (target features, the true tokens), the head's first guess is
+    the target's own greedy token at most positions: the head reads both its inputs and learned (the reference
+    trains to 0.98; a head blind to its token or its feature stays far lower)."""
+    from tools import eagle
+
+    _, head, data = eagle_head
+    acc = eagle.accuracy(head, data)
+    assert acc >= 0.8, f"the trained head guesses the target's next token at {acc:.2f} of its training positions"
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("k, overlap, page_size", [(1, False, 1), (2, True, 4), (3, False, 4), (4, True, 1)])
+def test_eagle_greedy_answers_equal_hf_and_the_answers_without_speculation(prompts, reference, plain_answers,
+                                                                           eagle_head, k, overlap, page_size):
+    llm = make_llm(SpecConfig("eagle", k, draft_model_path=eagle_head[0]), page_size, overlap)
+    got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
+    assert_same(got, reference, f"eagle, k={k}, against HF greedy")
+    assert_same(got, plain_answers[page_size], f"eagle, k={k}, against the engine without speculation")
+    stats = llm.scheduler.speculation.stats
+    assert stats.verify_steps > 0 and stats.proposed > 0, f"nothing was speculated: {stats}"
+    assert_clean(llm)
+
+
+def test_eagle_drafts_from_the_features_of_its_own_request_only(eagle_head, prompts):
+    """Two requests take turns in one table row: the second's window holds only its own positions, never the first
+    request's features left in the row's ring."""
+    llm = make_llm(SpecConfig("eagle", 2, draft_model_path=eagle_head[0]), max_running_reqs=1)
+    proposer = llm.scheduler.speculation.proposer
+    llm.generate(prompts[:1], greedy(max_tokens=20))
+    req = Req(torch.tensor(prompts[1][:3]), 0, 2, 1, 99, greedy())
+    assert proposer.tap.window(req, 2, 16) == 2, "a new request found features of the previous one in its row"
+
+
 # --- bad input --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(method="eagle"), "SpecConfig.method must be one of ngram, draft, got 'eagle'"),
+    (dict(method="medusa"), "SpecConfig.method must be one of ngram, draft, eagle, got 'medusa'"),
     (dict(num_tokens=0), "SpecConfig.num_tokens must be an integer >= 1, got 0"),
     (dict(num_tokens=True), "SpecConfig.num_tokens must be an integer >= 1"),
     (dict(min_n=0), "SpecConfig.min_n must be an integer >= 1"),
@@ -766,6 +869,8 @@ def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_token
     (dict(method="draft"), "SpecConfig.draft_model_path is needed for method 'draft'"),
     (dict(method="draft", draft_model_path="/no/such/model"), "is not a model folder"),
     (dict(draft_model_path="models/x"), "SpecConfig.draft_model_path is only for method 'draft'"),
+    (dict(method="eagle"), "SpecConfig.draft_model_path is needed for method 'eagle'"),
+    (dict(method="eagle", draft_model_path="/no/such/head"), "is not an EAGLE head folder .* no eagle.json"),
 ])
 def test_a_bad_spec_config_is_a_value_error_naming_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):

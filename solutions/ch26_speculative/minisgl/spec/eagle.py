@@ -57,8 +57,8 @@ class HeadConfig:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))  # half precision squares in float32
+    return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
@@ -212,6 +212,11 @@ class FeatureTap:
             return hidden
 
         body.forward = tapped  # an instance attribute: this engine's body only
+        self._body, self._inner = body, inner
+
+    def remove(self) -> None:
+        """Stop recording: the body forwards as before the tap."""
+        self._body.forward = self._inner
 
     def _record(self, hidden: torch.Tensor, positions: torch.Tensor) -> None:
         reqs = self._ctx.batch.reqs
