@@ -870,7 +870,7 @@ def test_eagle_drafts_from_the_features_of_its_own_request_only(eagle_head, prom
     (dict(method="draft", draft_model_path="/no/such/model"), "is not a model folder"),
     (dict(draft_model_path="models/x"), "SpecConfig.draft_model_path is only for method 'draft'"),
     (dict(method="eagle"), "SpecConfig.draft_model_path is needed for method 'eagle'"),
-    (dict(method="eagle", draft_model_path="/no/such/head"), "is not an EAGLE head folder .* no eagle.json"),
+    (dict(method="eagle", draft_model_path="/no/such/head"), "is not an EAGLE head folder.*no eagle.json"),
 ])
 def test_a_bad_spec_config_is_a_value_error_naming_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
