@@ -439,7 +439,6 @@ def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_
             f"request {uid}, run {run}: recorded {req.output_ids}, on_token saw {seen}; expected {kept}"
 
 
-@pytest.mark.stubs("DraftProposer.accepted")
 def test_the_draft_keeps_the_kv_of_the_accepted_drafts_it_fed_and_no_more():
     llm = make_llm(spec("draft", 3))
     proposer = llm.scheduler.speculation.proposer
@@ -461,7 +460,7 @@ def plain_answers(prompts):
     return {ps: [o["token_ids"] for o in make_llm(None, ps).generate(prompts, greedy())] for ps in (1, 4)}
 
 
-@pytest.mark.stubs("ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs("ngram_lookup", *RUN_STUBS)
 @pytest.mark.parametrize("method, k, overlap, page_size", [
     ("ngram", 1, False, 1), ("ngram", 2, True, 4), ("ngram", 3, False, 4), ("ngram", 4, True, 1),
     ("draft", 1, True, 4), ("draft", 2, False, 1), ("draft", 3, True, 1), ("draft", 4, False, 4)])
@@ -554,7 +553,7 @@ def test_verify_graphs_pad_rows_and_batches_and_leave_the_answers_unchanged(prom
     assert not graphs.can_use(Batch(edge[1:], "verify")), "k + 1 positions past the row's end must run eagerly"
 
 
-@pytest.mark.stubs(*RUN_STUBS, "DraftProposer.accepted")
+@pytest.mark.stubs(*RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_there(prompts, reference, overlap):
     """The target as its own draft: every draft is accepted, so runs go on past a stop token and up to max_tokens.
@@ -578,7 +577,7 @@ def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_ther
     assert_clean(llm)
 
 
-@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs(*RUN_STUBS)
 def test_the_draft_model_proposes_its_own_greedy_continuation_at_every_step(prompts):
     """What the draft proposes equals Hugging Face greedy on the draft model from the request's tokens: the draft
     keeps only the KV of tokens the target accepted and computes the rest, whatever was accepted before."""
@@ -624,7 +623,7 @@ def test_rows_that_cannot_speculate_decode_in_the_verify_pass_as_without_specula
                  "log-probabilities of a row beside speculating ones")
 
 
-@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs(*RUN_STUBS)
 def test_chunked_prefill_mixed_batches_and_a_radix_hit(prompts, reference):
     """Prompts prefilled in chunks of 8 tokens, running requests decoding inside the prefill chunks (mixed batches,
     which never speculate) and speculating once no prompt waits; then the same prompts again, found in the radix
@@ -671,7 +670,7 @@ def test_optimistic_admission_retracts_and_drafts_take_only_pages_that_exist(pro
     assert_clean(llm)
 
 
-@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs(*RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
     llm = make_llm(spec("draft", 3), page_size=4, overlap=overlap)
@@ -726,7 +725,7 @@ def exact_joint(prompt: list[int]) -> dict[tuple[int, int], float]:
     return {(a, b): p for a, b, p in hf_cached(NAME, ["joint-2", list(prompt), TEMPERATURE, TOP_K], compute)}
 
 
-@pytest.mark.stubs("accept_rejection", "ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs("accept_rejection", "ngram_lookup", *RUN_STUBS)
 @pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_tokens(method):
     """1,200 samples of one prompt (temperature 2, top-k 3, 3 tokens each): token 1 comes from the prefill, token 2
@@ -835,7 +834,7 @@ def test_a_trained_eagle_head_predicts_the_targets_next_tokens_on_its_training_t
     assert acc >= 0.8, f"the trained head guesses the target's next token at {acc:.2f} of its training positions"
 
 
-@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.stubs("EagleHead.forward", *RUN_STUBS)
 @pytest.mark.parametrize("k, overlap, page_size", [(1, False, 1), (2, True, 4), (3, False, 4), (4, True, 1)])
 def test_eagle_greedy_answers_equal_hf_and_the_answers_without_speculation(prompts, reference, plain_answers,
                                                                            eagle_head, k, overlap, page_size):
@@ -998,7 +997,7 @@ def test_the_speculative_flags_reach_the_scheduler():
 # --- the GPU ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.stubs("ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs("ngram_lookup", *RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_speculation_on_the_gpu_with_cuda_graphs(prompts, reference, overlap):
     """CUDA, float32, CUDA graphs up to batch 8, overlap on and off: both proposers give HF greedy answers; decode
