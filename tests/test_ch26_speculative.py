@@ -974,7 +974,7 @@ def test_a_server_with_ngram_speculation_answers_as_without(prompts, reference):
      "--speculative-draft-model-path is only for --speculative-algorithm 'draft'"),
     (["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "0"],
      "--speculative-num-draft-tokens must be an integer >= 1, got 0"),
-    (["--speculative-algorithm", "eagle"], "invalid choice: 'eagle'"),
+    (["--speculative-algorithm", "medusa"], "invalid choice: 'medusa'"),
 ])
 def test_bad_speculative_flags_stop_the_server_at_start_up(capsys, argv, match):
     from minisgl.server.args import parse_args
