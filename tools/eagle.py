@@ -168,6 +168,22 @@ def new_head(engine, data: list[Sequence], vocab_size: int, window: int, seed: i
     return EagleHead(c, *head_weights(engine), vocab_ids)
 
 
+def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, temperature: float,
+               max_new: int, seed: int = 0) -> dict:
+    """Drafts proposed and accepted when the target answers the prompts with the head proposing k a step (one
+    batch; sampled answers seeded through the engine), and the share accepted: acceptance per draft token."""
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+    from minisgl.spec import SpecConfig
+
+    llm = LLM(str(model), max_running_reqs=len(prompt_ids), max_seq_len=max(map(len, prompt_ids)) + max_new + k + 1,
+              cpu_kv_cache_mb=1024, seed=seed, speculative=SpecConfig("eagle", k, draft_model_path=head))
+    llm.generate(prompt_ids, SamplingParams(max_tokens=max_new, temperature=temperature))
+    stats = llm.scheduler.speculation.stats
+    return {"temperature": temperature, "k": k, "verify_steps": stats.verify_steps, "proposed": stats.proposed,
+            "accepted": stats.accepted, "acceptance": round(stats.acceptance_rate, 3)}
+
+
 def main() -> None:
     from transformers import AutoTokenizer
 
@@ -184,10 +200,19 @@ def main() -> None:
     ap.add_argument("--draft-vocab", type=int, default=4096)
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--measure", action="store_true", help="no training: the acceptance of the saved head on the "
+                                                          "held-out prompts, greedy and at temperature 0.7")
+    ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     path = ensure_model(args.target)
     out = Path(args.out or path.parent / f"{args.target}-eagle")
+    if args.measure:
+        tok = AutoTokenizer.from_pretrained(path)
+        held_out = [encode(tok, t) for t in prompts("eval")]
+        for temperature in (0.0, 0.7):
+            print(json.dumps(acceptance(path, out, held_out, args.k, temperature, args.max_new)), flush=True)
+        return
     wall, cpu = time.perf_counter(), time.process_time()
     tok = AutoTokenizer.from_pretrained(path)
     train_ids, eval_ids = ([encode(tok, t) for t in prompts(split)] for split in ("train", "eval"))
