@@ -230,6 +230,8 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     head.save(tmp)
     shutil.rmtree(out, ignore_errors=True)
+    for file in tmp.iterdir():
+        file.chmod(0o644)  # safetensors writes private files: the models folder is shared
     tmp.rename(out)  # a finished head or none: never half of one
     print(f"[draft] saved {out} after {time.perf_counter() - wall:.0f} s wall, {time.process_time() - cpu:.0f} CPU s")
 
