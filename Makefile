@@ -23,7 +23,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -46,6 +46,10 @@ $(LABDEPS): requirements-lab.txt $(DEPS)
 
 models: deps  ## build the model fixtures (tiny-qwen3, tiny-llama, tiny-qwen3-moe), convert SmolLM2-135M, and the draft models of chapter 26, into models/
 	$(PY) -m tools.models
+
+draft: deps  ## chapter 26: train SmolLM2's EAGLE head by self-distillation into models/smollm2-eagle (TARGET= another model; DRAFT_ARGS: more options)
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("$(or $(TARGET),smollm2)")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m tools.eagle --target $(or $(TARGET),smollm2) $(DRAFT_ARGS)
 
 need-ch:
 	@test -n "$(CH)" || (echo "usage: make $(MAKECMDGOALS) CH=<chapter number>, e.g. CH=3"; exit 2)

@@ -440,7 +440,6 @@ def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_
             f"request {uid}, run {run}: recorded {req.output_ids}, on_token saw {seen}; expected {kept}"
 
 
-@pytest.mark.stubs("DraftProposer.accepted")
 def test_the_draft_keeps_the_kv_of_the_accepted_drafts_it_fed_and_no_more():
     llm = make_llm(spec("draft", 3))
     proposer = llm.scheduler.speculation.proposer
@@ -462,7 +461,7 @@ def plain_answers(prompts):
     return {ps: [o["token_ids"] for o in make_llm(None, ps).generate(prompts, greedy())] for ps in (1, 4)}
 
 
-@pytest.mark.stubs("ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs("ngram_lookup", *RUN_STUBS)
 @pytest.mark.parametrize("method, k, overlap, page_size", [
     ("ngram", 1, False, 1), ("ngram", 2, True, 4), ("ngram", 3, False, 4), ("ngram", 4, True, 1),
     ("draft", 1, True, 4), ("draft", 2, False, 1), ("draft", 3, True, 1), ("draft", 4, False, 4)])
@@ -555,7 +554,7 @@ def test_verify_graphs_pad_rows_and_batches_and_leave_the_answers_unchanged(prom
     assert not graphs.can_use(Batch(edge[1:], "verify")), "k + 1 positions past the row's end must run eagerly"
 
 
-@pytest.mark.stubs(*RUN_STUBS, "DraftProposer.accepted")
+@pytest.mark.stubs(*RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_there(prompts, reference, overlap):
     """The target as its own draft: every draft is accepted, so runs go on past a stop token and up to max_tokens.
@@ -579,7 +578,7 @@ def test_a_stop_token_or_max_tokens_inside_an_accepted_run_ends_the_request_ther
     assert_clean(llm)
 
 
-@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs(*RUN_STUBS)
 def test_the_draft_model_proposes_its_own_greedy_continuation_at_every_step(prompts):
     """What the draft proposes equals Hugging Face greedy on the draft model from the request's tokens: the draft
     keeps only the KV of tokens the target accepted and computes the rest, whatever was accepted before."""
@@ -625,7 +624,7 @@ def test_rows_that_cannot_speculate_decode_in_the_verify_pass_as_without_specula
                  "log-probabilities of a row beside speculating ones")
 
 
-@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs(*RUN_STUBS)
 def test_chunked_prefill_mixed_batches_and_a_radix_hit(prompts, reference):
     """Prompts prefilled in chunks of 8 tokens, running requests decoding inside the prefill chunks (mixed batches,
     which never speculate) and speculating once no prompt waits; then the same prompts again, found in the radix
@@ -672,7 +671,7 @@ def test_optimistic_admission_retracts_and_drafts_take_only_pages_that_exist(pro
     assert_clean(llm)
 
 
-@pytest.mark.stubs("DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs(*RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
     llm = make_llm(spec("draft", 3), page_size=4, overlap=overlap)
@@ -727,7 +726,7 @@ def exact_joint(prompt: list[int]) -> dict[tuple[int, int], float]:
     return {(a, b): p for a, b, p in hf_cached(NAME, ["joint-2", list(prompt), TEMPERATURE, TOP_K], compute)}
 
 
-@pytest.mark.stubs("accept_rejection", "ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs("accept_rejection", "ngram_lookup", *RUN_STUBS)
 @pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_tokens(method):
     """1,200 samples of one prompt (temperature 2, top-k 3, 3 tokens each): token 1 comes from the prefill, token 2
@@ -756,10 +755,113 @@ def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_token
     assert_clean(llm)
 
 
+# --- EAGLE: a head over the target's features ------------------------------------------------------------------------
+
+def tiny_head(seed: int = 0):
+    """A small EagleHead with random weights (hidden 8, 2 query heads sharing 1 KV head), its vocabulary of 11."""
+    from minisgl.spec.eagle import EagleHead, HeadConfig
+
+    g = torch.Generator().manual_seed(seed)
+    c = HeadConfig(hidden_size=8, intermediate_size=16, num_heads=2, num_kv_heads=1, head_dim=4, rope_base=10000.0,
+                   rms_norm_eps=1e-6, vocab_size=11, draft_vocab_size=5, window=3)
+    torch.manual_seed(seed)
+    head = EagleHead(c, torch.randn(11, 8, generator=g), torch.rand(8, generator=g) + 0.5,
+                     torch.randn(11, 8, generator=g), torch.tensor([0, 2, 3, 7, 10]))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return head, g
+
+
+def rms_norm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+@pytest.mark.stubs("EagleHead.forward")
+def test_the_eagle_head_maps_feature_and_token_through_fc_layer_and_the_targets_norm():
+    """Pair p = (f_p, token p + 1): the output is the target's final norm of layer(fc([f_p, embedding]))), in
+    float64 against the head's own parts. With fc picking the feature half and a layer that adds nothing, the output
+    is the normed feature; picking the embedding half, the normed embedding (order and norm both matter)."""
+    from minisgl.spec.eagle import window_mask
+
+    head, g = tiny_head()
+    features, tokens = torch.randn(2, 5, 8, generator=g), torch.randint(0, 11, (2, 5), generator=g)
+    positions = torch.arange(5).repeat(2, 1)
+    mask = window_mask(torch.ones(2, 5, dtype=torch.bool), 3)
+    got = head(features, tokens, positions, mask)
+    h64 = head.double()
+    want = rms_norm64(h64.layer(h64.fc(torch.cat([features.double(), h64.embed[tokens]], -1)), positions, mask),
+                      h64.norm_weight, head.c.rms_norm_eps)
+    assert got.shape == (2, 5, 8), f"one predicted feature per pair: got shape {tuple(got.shape)}, expected (2, 5, 8)"
+    err = (got.double() - want).abs().max().item()
+    assert err < 1e-4, f"norm(layer(fc([feature, embedding]))) differs from float64 by {err:.2e}"
+    with torch.no_grad():
+        head.layer.o_proj.weight.zero_()
+        head.layer.down_proj.weight.zero_()  # the layer adds nothing: the output is the norm of fc's
+        eye = torch.eye(8, dtype=torch.float64)
+        for half, source in (("feature", features.double()), ("embedding", h64.embed[tokens])):
+            head.fc.weight.copy_(torch.cat([eye, 0 * eye] if half == "feature" else [0 * eye, eye], 1))
+            got = head(features.double(), tokens, positions, mask)
+            want = rms_norm64(source, h64.norm_weight, head.c.rms_norm_eps)
+            err = (got - want).abs().max().item()
+            assert err < 1e-9, (f"fc reading only the {half} half (the feature comes first) should give the "
+                                f"target-normed {half}; differs by {err:.2e}")
+
+
+@pytest.fixture(scope="module")
+def eagle_head(tmp_path_factory):
+    """A head for tiny-qwen3 trained here by the course's recipe (tools/eagle.py) on a few seconds of CPU, and its
+    training data (the target's greedy answers, features and tokens, recorded by the engine)."""
+    from tools import eagle
+
+    tok = tokenizer(NAME)
+    llm = make_llm(None, max_running_reqs=12, cache_type="naive")
+    data = eagle.collect(llm, [eagle.encode(tok, t) for t in eagle.prompts("train")[:12]], 32)
+    head = eagle.new_head(llm.engine, data, 4096, 16)
+    eagle.train(head, data, 120, lr=3e-3, progress=False)
+    folder = tmp_path_factory.mktemp("tiny-qwen3-eagle")
+    head.save(folder)
+    return folder, head, data
+
+
+def test_a_trained_eagle_head_predicts_the_targets_next_tokens_on_its_training_text(eagle_head):
+    """Teacher-forced on the text it was trained on (target features, the true tokens), the head's first guess is
+    the target's own greedy token at most positions: the head reads both its inputs and learned (the reference
+    trains to 0.98; a head blind to its token or its feature stays far lower)."""
+    from tools import eagle
+
+    _, head, data = eagle_head
+    acc = eagle.accuracy(head, data)
+    assert acc >= 0.8, f"the trained head guesses the target's next token at {acc:.2f} of its training positions"
+
+
+@pytest.mark.stubs("EagleHead.forward", *RUN_STUBS)
+@pytest.mark.parametrize("k, overlap, page_size", [(1, False, 1), (2, True, 4), (3, False, 4), (4, True, 1)])
+def test_eagle_greedy_answers_equal_hf_and_the_answers_without_speculation(prompts, reference, plain_answers,
+                                                                           eagle_head, k, overlap, page_size):
+    llm = make_llm(SpecConfig("eagle", k, draft_model_path=eagle_head[0]), page_size, overlap)
+    got = [o["token_ids"] for o in llm.generate(prompts, greedy())]
+    assert_same(got, reference, f"eagle, k={k}, against HF greedy")
+    assert_same(got, plain_answers[page_size], f"eagle, k={k}, against the engine without speculation")
+    stats = llm.scheduler.speculation.stats
+    assert stats.verify_steps > 0 and stats.proposed > 0, f"nothing was speculated: {stats}"
+    assert_clean(llm)
+
+
+def test_eagle_drafts_from_the_features_of_its_own_request_only(eagle_head, prompts):
+    """Two requests take turns in one table row: the second's window holds only its own positions, never the first
+    request's features left in the row's ring."""
+    llm = make_llm(SpecConfig("eagle", 2, draft_model_path=eagle_head[0]), max_running_reqs=1)
+    proposer = llm.scheduler.speculation.proposer
+    llm.generate(prompts[:1], greedy(max_tokens=20))
+    req = Req(torch.tensor(prompts[1][:3]), 0, 2, 1, 99, greedy())
+    assert proposer.tap.window(req, 2, 16) == 2, "a new request found features of the previous one in its row"
+
+
 # --- bad input --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(method="eagle"), "SpecConfig.method must be one of ngram, draft, got 'eagle'"),
+    (dict(method="medusa"), "SpecConfig.method must be one of ngram, draft, eagle, got 'medusa'"),
     (dict(num_tokens=0), "SpecConfig.num_tokens must be an integer >= 1, got 0"),
     (dict(num_tokens=True), "SpecConfig.num_tokens must be an integer >= 1"),
     (dict(min_n=0), "SpecConfig.min_n must be an integer >= 1"),
@@ -767,6 +869,8 @@ def test_sampled_speculation_keeps_the_joint_distribution_of_the_first_two_token
     (dict(method="draft"), "SpecConfig.draft_model_path is needed for method 'draft'"),
     (dict(method="draft", draft_model_path="/no/such/model"), "is not a model folder"),
     (dict(draft_model_path="models/x"), "SpecConfig.draft_model_path is only for method 'draft'"),
+    (dict(method="eagle"), "SpecConfig.draft_model_path is needed for method 'eagle'"),
+    (dict(method="eagle", draft_model_path="/no/such/head"), "is not an EAGLE head folder.*no eagle.json"),
 ])
 def test_a_bad_spec_config_is_a_value_error_naming_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -871,7 +975,7 @@ def test_a_server_with_ngram_speculation_answers_as_without(prompts, reference):
      "--speculative-draft-model-path is only for --speculative-algorithm 'draft'"),
     (["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "0"],
      "--speculative-num-draft-tokens must be an integer >= 1, got 0"),
-    (["--speculative-algorithm", "eagle"], "invalid choice: 'eagle'"),
+    (["--speculative-algorithm", "medusa"], "invalid choice: 'medusa'"),
 ])
 def test_bad_speculative_flags_stop_the_server_at_start_up(capsys, argv, match):
     from minisgl.server.args import parse_args
@@ -894,7 +998,7 @@ def test_the_speculative_flags_reach_the_scheduler():
 # --- the GPU ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.stubs("ngram_lookup", "DraftProposer.accepted", *RUN_STUBS)
+@pytest.mark.stubs("ngram_lookup", *RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_speculation_on_the_gpu_with_cuda_graphs(prompts, reference, overlap):
     """CUDA, float32, CUDA graphs up to batch 8, overlap on and off: both proposers give HF greedy answers; decode

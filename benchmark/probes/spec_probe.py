@@ -10,8 +10,8 @@ the runs' wall time, the prefill included), verify steps, draft tokens proposed 
 answers equal those of decoding without speculation; on a GPU the forward's own time by phase (CUDA events), on the
 CPU the host's CPU time per step inside and outside the forward passes (run with MINISGL_CPU_THREADS=1).
 
-Methods: "none" (plain decoding, CUDA graphs where the engine has them), "ngram" and "draft" (the chapter's
-proposers; "draft" takes --draft-model), and "replay" at each of --replay-rates: the drafts are the answer plain
+Methods: "none" (plain decoding, CUDA graphs where the engine has them), "ngram", "draft" and "eagle" (the chapter's
+proposers; "draft" takes --draft-model, "eagle" --eagle-head), and "replay" at each of --replay-rates: the drafts are the answer plain
 decoding gave, each token spoiled with probability 1 - rate (rate 0: every draft wrong, so every verify step of k
 drafts yields one token: what a verify step costs). A model with random weights writes text no proposer can
 guess; replay gives it a chosen acceptance instead. It holds while the answers stay those of plain decoding: in
@@ -77,14 +77,18 @@ def prompts_for(llm: LLM, batch: int, length: int, real_text: bool) -> list[list
     return [[rng.randrange(vocab) for _ in range(length)] for _ in range(batch)]
 
 
+CPU_S: list[float] = []  # the process's CPU seconds of every run (on a shared machine: what the run itself cost)
+
+
 def one_run(llm: LLM, prompts: list[list[int]], tokens: int) -> tuple[float, list[list[int]]]:
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
     if llm.engine.device.type == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     outs = llm.generate(prompts, params)
     if llm.engine.device.type == "cuda":
         torch.cuda.synchronize()
+    CPU_S.append(time.process_time() - c0)
     return time.perf_counter() - t0, [o["token_ids"] for o in outs]
 
 
@@ -94,13 +98,14 @@ def measure(llm: LLM, prompts, tokens: int, repeat: int, plain: list[list[int]] 
     one_run(llm, prompts, tokens)  # warm-up: kernels compiled, caches filled
     sched = llm.scheduler
     prefill = statistics.median(one_run(llm, prompts, 1)[0] for _ in range(repeat))
-    walls, same = [], True
+    walls, cpu, same = [], [], True
     spec = sched.speculation  # None without speculation: nothing verified
     if spec is not None:
         spec.stats = SpecStats()
     for _ in range(repeat):
         wall, outs = one_run(llm, prompts, tokens)
         walls.append(wall)
+        cpu.append(CPU_S[-1])
         same &= plain is None or outs == plain
     steps = sum(phase != "prefill" for phase, _ in sched.history)  # of the last run (generate clears the history)
     on_cuda = llm.engine.device.type == "cuda"
@@ -109,7 +114,7 @@ def measure(llm: LLM, prompts, tokens: int, repeat: int, plain: list[list[int]] 
     stats = spec.stats if spec is not None else SpecStats()
     rate = len(prompts) * tokens
     return {"tok_s": rate / statistics.median(walls), "tok_s_min": rate / max(walls), "tok_s_max": rate / min(walls),
-            "runs": repeat, "steps": steps, "step_ms": 1e3 * (statistics.median(walls) - prefill) / max(steps, 1),
+            "tok_per_cpu_s": rate / statistics.median(cpu), "runs": repeat, "steps": steps, "step_ms": 1e3 * (statistics.median(walls) - prefill) / max(steps, 1),
             "tokens_per_step": (tokens - 1) / max(steps, 1), "verify_steps": stats.verify_steps // repeat,
             "proposed": stats.proposed // repeat, "accepted": stats.accepted // repeat,
             "acceptance": stats.acceptance_rate, "same_answers_as_plain": same, "forward_ms": forward_ms, **host}
@@ -173,6 +178,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default=None, help="a model folder (default: $MODEL, else SmolLM2)")
     ap.add_argument("--draft-model", default=None, help="for method draft (default: the smollm2-draft fixture)")
+    ap.add_argument("--eagle-head", default=None, help="for method eagle (default: models/smollm2-eagle, made by "
+                                                      "`make draft`)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
@@ -203,6 +210,10 @@ def main() -> None:
     if "draft" in args.methods:
         draft = args.draft_model or ensure_model("smollm2-draft")
         draft_llm = LLM(path, speculative=SpecConfig("draft", args.k, draft_model_path=draft), **common)
+    eagle_llm = None
+    if "eagle" in args.methods:
+        head = args.eagle_head or ensure_model("smollm2").parent / "smollm2-eagle"
+        eagle_llm = LLM(path, speculative=SpecConfig("eagle", args.k, draft_model_path=head), **common)
     ngram = spec_llm.scheduler.speculation.proposer if spec_llm is not None else None
     vocab = plain_llm.engine.model_config.vocab_size
     for batch in args.batch:
@@ -211,7 +222,7 @@ def main() -> None:
         answers = {tuple(p): out for p, out in zip(prompts, plain)}
         for method in args.methods:
             for rate in (args.replay_rates if method == "replay" else [None]):
-                llm = {"none": plain_llm, "draft": draft_llm}.get(method, spec_llm)
+                llm = {"none": plain_llm, "draft": draft_llm, "eagle": eagle_llm}.get(method, spec_llm)
                 if method == "ngram":
                     llm.scheduler.speculation.proposer = ngram
                 elif method == "replay":

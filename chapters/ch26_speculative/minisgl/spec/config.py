@@ -6,7 +6,7 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
-METHODS = ("ngram", "draft")
+METHODS = ("ngram", "draft", "eagle")
 
 
 @dataclass(frozen=True)
@@ -16,14 +16,15 @@ class SpecConfig:
 
     method "ngram" (prompt lookup): the guesses are what followed the latest earlier occurrence of the request's
     last min_n..max_n tokens in its own prompt and output; no second model. method "draft": a small model with the
-    same vocabulary (draft_model_path) proposes them one decode step at a time."""
+    same vocabulary (draft_model_path) proposes them one decode step at a time. method "eagle": a one-layer head
+    trained on the target's own hidden states (draft_model_path: the folder `make draft` writes) proposes them."""
 
     method: str = "ngram"
     num_tokens: int = 4  # k: draft tokens per request and step (SGLang's --speculative-num-draft-tokens counts one
     # more, the token the step starts from; ours counts the guesses only, as vLLM's num_speculative_tokens does)
     min_n: int = 1  # n-gram window: the shortest suffix looked up (SGLang's min match window, vLLM's prompt_lookup_min)
     max_n: int = 3  # ...and the longest, tried first
-    draft_model_path: str | Path | None = None  # method "draft": a model folder (config.json, safetensors)
+    draft_model_path: str | Path | None = None  # "draft": a model folder (config.json); "eagle": a head (eagle.json)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -34,12 +35,14 @@ class SpecConfig:
                 raise ValueError(f"SpecConfig.{name} must be an integer >= 1, got {value!r}")
         if self.max_n < self.min_n:
             raise ValueError(f"SpecConfig.max_n ({self.max_n}) must be >= SpecConfig.min_n ({self.min_n})")
-        if self.method == "draft":
+        if self.method in ("draft", "eagle"):
+            need = "config.json" if self.method == "draft" else "eagle.json"
+            what = "a model folder" if self.method == "draft" else "an EAGLE head folder, made by `make draft`"
             if self.draft_model_path is None:
-                raise ValueError("SpecConfig.draft_model_path is needed for method 'draft' (a model folder)")
-            if not (Path(self.draft_model_path) / "config.json").is_file():
-                raise ValueError(f"SpecConfig.draft_model_path {str(self.draft_model_path)!r} is not a model folder "
-                                 "(it has no config.json)")
+                raise ValueError(f"SpecConfig.draft_model_path is needed for method {self.method!r} ({what})")
+            if not (Path(self.draft_model_path) / need).is_file():
+                raise ValueError(f"SpecConfig.draft_model_path {str(self.draft_model_path)!r} is not {what} "
+                                 f"(it has no {need})")
         elif self.draft_model_path is not None:
-            raise ValueError(f"SpecConfig.draft_model_path is only for method 'draft'; method {self.method!r} "
-                             "proposes from the request's own tokens")
+            raise ValueError(f"SpecConfig.draft_model_path is only for method 'draft' or 'eagle'; method "
+                             f"{self.method!r} proposes from the request's own tokens")

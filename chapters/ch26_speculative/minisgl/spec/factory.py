@@ -9,6 +9,10 @@ from minisgl.spec.proposer import Proposer
 
 def make_proposer(config: SpecConfig, target: Engine) -> Proposer:
     """The proposer of config.method, for requests that run on `target` (a draft model loads its own engine)."""
+    if config.method == "eagle":
+        from minisgl.spec.eagle import EagleProposer
+
+        return EagleProposer(config, target)
     if config.method == "draft":
         from minisgl.spec.draft import DraftProposer
 

@@ -79,13 +79,9 @@ class DraftProposer(Proposer):
         """The target accepted the first n drafts of req's last proposal. The draft fed every draft but the last one
         (each decode pass fed the draft before it): its KV is valid for the known tokens and the accepted drafts it
         fed, and nothing after them."""
-        # TODO(ch26): take (row, known, fed) of req's last proposal out of self._proposed (known: the request's tokens
-        # then; fed: the positions whose draft KV the proposal computed) and keep (row, the positions still valid)
-        # in self.kept: the known tokens and the n accepted drafts, but never more than were fed.
-        # >>> solution
+        # known: the request's tokens at the proposal; fed: the positions whose draft KV the proposal computed.
         row, known, fed = self._proposed.pop(req.uid)
         self.kept[req.uid] = (row, min(known + n, fed))
-        # <<< solution
 
     def release(self, req: Req) -> None:
         self.kept.pop(req.uid, None)
