@@ -219,22 +219,91 @@ class Client:
                 rec["finish_s"], rec["finish_reason"] = now, choice["finish_reason"]
         return False
 
-    async def run(self, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool) -> list[dict]:
-        from tqdm import tqdm
-
+    async def run(self, specs: list[RequestSpec], offsets: list[float], t0: float, on_done) -> list[dict]:
+        """Send every request at t0 + its offset (t0 a time.perf_counter() reading) and stream the answers;
+        on_done() is called as each request ends."""
         # No cap on connections: a request that waited for a free connection would charge the client's queue
         # to the server's TTFT.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30), limits=limits) as http:
-            with tqdm(total=len(specs), desc=f"rate {label}", unit="req", disable=quiet, leave=False) as bar:
-                t0 = time.perf_counter()
 
-                async def one(spec: RequestSpec, offset: float) -> dict:
-                    rec = await self.send(http, spec, offset, t0)
-                    bar.update()
-                    return rec
+            async def one(spec: RequestSpec, offset: float) -> dict:
+                rec = await self.send(http, spec, offset, t0)
+                on_done()
+                return rec
 
-                return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
+            return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
+
+
+def default_client_procs() -> int:
+    """One client process on a small machine (its cores serve); on a larger one up to four, so that parsing the
+    streams never becomes the limit of a fast server: one Python process reading ~30k tokens/s of events is busy
+    most of the time, and its requests would wait on it, not on the server."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
+def run_requests(client: Client, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool,
+                 procs: int = 1) -> tuple[list[dict], float]:
+    """One run: the requests sent from `procs` client processes (request i from process i % procs), all timed
+    from one start t0. Returns the records in the order of specs and the CPU seconds the other client processes
+    spent sending and reading (their start-up excluded)."""
+    from tqdm import tqdm
+
+    procs = max(1, min(procs, len(specs)))
+    with tqdm(total=len(specs), desc=f"rate {label}", unit="req", disable=quiet, leave=False) as bar:
+        if procs == 1:
+            return asyncio.run(client.run(specs, offsets, time.perf_counter(), bar.update)), 0.0
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # a fresh interpreter: nothing of this process's event loop or threads
+        events, start = ctx.Queue(), ctx.Value("d", 0.0)
+        shares = [list(range(k, len(specs), procs)) for k in range(procs)]
+        workers = [ctx.Process(target=_client_process, daemon=True,
+                               args=(k, client, [specs[i] for i in share], [offsets[i] for i in share], start, events))
+                   for k, share in enumerate(shares)]
+        for w in workers:
+            w.start()
+        records: dict[int, list[dict]] = {}
+        ready = 0
+        try:
+            while len(records) < procs:
+                try:
+                    kind, k, payload = events.get(timeout=1.0)
+                except Exception:  # queue.Empty: check that no client process died
+                    dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+                    if dead:
+                        raise RuntimeError(f"a client process died (exit codes {dead})")
+                    continue
+                if kind == "ready":
+                    ready += 1
+                    if ready == procs:  # every process has imported what it needs: start the clock now
+                        with start.get_lock():
+                            start.value = time.perf_counter()
+                elif kind == "done":
+                    bar.update(payload)
+                else:
+                    records[k] = payload
+        finally:
+            for w in workers:
+                w.join(timeout=30)
+                if w.is_alive():
+                    w.kill()
+    out: list[dict | None] = [None] * len(specs)
+    for k, share in enumerate(shares):
+        for i, rec in zip(share, records[k][0]):
+            out[i] = rec
+    return out, sum(cpu for _, cpu in records.values())  # type: ignore[return-value]
+
+
+def _client_process(k: int, client: Client, specs: list[RequestSpec], offsets: list[float], start, events) -> None:
+    """A client process of run_requests: waits for the common start, then sends its share. perf_counter is the
+    system's monotonic clock (Linux, macOS, Windows), so every process measures from the same t0."""
+    events.put(("ready", k, None))
+    while start.value == 0.0:
+        time.sleep(0.001)
+    cpu = time.process_time()
+    records = asyncio.run(client.run(specs, offsets, start.value, lambda: events.put(("done", k, 1))))
+    events.put(("records", k, (records, time.process_time() - cpu)))
 
 
 # ----------------------------------------------------------------------------------------------- CPU per process
@@ -558,6 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--offline-runs", type=int, default=0, help="with --model: also run the same requests through "
                     "the engine itself (LLM, the server's settings) this many times after one untimed run, before "
                     "the server starts: the offline row the server is measured against (default 0: none)")
+    ap.add_argument("--client-procs", type=int, default=default_client_procs(),
+                    help="processes our client sends from (default: a quarter of the cores, 1 to 4); the CPU line's "
+                    "client figure is theirs together")
     ap.add_argument("--loadgen", choices=["aiperf"], default=None, help="after our client, run this external load "
                     "generator with the same requests at every rate (benchmark/aiperf.py)")
     ap.add_argument("--aiperf", default="aiperf", help="the command that runs AIPerf (default: aiperf)")
@@ -585,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
     if args.runs < 1:
         raise ValueError(f"--runs must be >= 1, got {args.runs}")
+    if args.client_procs < 1:
+        raise ValueError(f"--client-procs must be >= 1, got {args.client_procs}")
     if args.offline_runs < 0:
         raise ValueError(f"--offline-runs must be >= 0, got {args.offline_runs}")
     max_token_id = args.max_token_id
@@ -617,18 +691,20 @@ def main(argv: list[str] | None = None) -> int:
         client = Client(url, args.api, model, args.api_key)
         warm = [RequestSpec(-1, s.prompt, min(4, s.max_tokens)) for s in specs[: args.warmup]]
         if warm:
-            asyncio.run(client.run(warm, [0.0] * len(warm), "warm-up", quiet=True))
+            run_requests(client, warm, [0.0] * len(warm), "warm-up", quiet=True)
         procs = server_processes(server["pid"]) if server.get("pid") else {"client": psutil.Process()}
         for i, rate in enumerate(args.rates):
             for repeat in range(args.runs):
                 before = cpu_seconds(procs)
-                records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i),
-                                                 rate_label(rate), quiet))
+                records, client_cpu = run_requests(client, specs, arrival_offsets(len(specs), rate, args.seed + i),
+                                                   rate_label(rate), quiet, args.client_procs)
                 for rec in records:
                     if rec["error"] is None:
                         rec.update(request_metrics(rec))
                 summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
-                summary["cpu_us_per_token"] = cpu_per_token(before, cpu_seconds(procs), summary["output_tokens"])
+                after = cpu_seconds(procs)
+                after["client"] += client_cpu  # its other processes, if it sent from several
+                summary["cpu_us_per_token"] = cpu_per_token(before, after, summary["output_tokens"])
                 result["runs"].append({"rate": rate_label(rate), "repeat": repeat, "summary": summary,
                                        "requests": records})
                 print(line(rate_label(rate), summary), flush=True)

@@ -709,6 +709,7 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
     w = ONLINE_WORKLOAD
     code = online.main(["--model", str(tiny_qwen3), "--server-args", ONLINE_SERVER, "--rates", "8,inf",
                         "--offline-runs", "1", "--profile-dir", str(tmp_path / "prof"),
+                        "--client-procs", "2",  # the timed runs from two client processes, the warm-up from one
                         "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
                         "--max-input-len", str(w["max_input_len"]), "--max-output-len", str(w["max_output_len"]),
                         "--out", str(out), "--png", str(png)])
