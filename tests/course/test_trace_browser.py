@@ -4,7 +4,8 @@ On the player page: a reference trace opened through the file input and through 
 arrow keys and play; the KV pool grid and the radix tree drawn from the trace (their cells and nodes counted
 against the trace itself, replayed in Python); a trace with a planted difference compared with the reference:
 the player finds the step tools/trace_diff.py finds, jumps there and marks the field. At 390 px the page does not
-scroll sideways. The stage pages' embedded players open their traces at the step they name, in both languages.
+scroll sideways. The stage pages' embedded players open their traces at the engine and step they name, in both
+languages, and those steps hold what the pages say (a retraction, a verify step with kept and rejected drafts).
 
 Marker `browser`; shares the built site with the other browser tests (conftest.py).
 """
@@ -24,6 +25,12 @@ from tools.trace_diff import first_difference, replay, trees
 pytestmark = [pytest.mark.xdist_group("site"), pytest.mark.browser]
 
 PLAYER = ".trace-player"
+
+# The stage pages' embedded players: (trace, engine, step) in page order, and what the page says happens there.
+STAGE_PLAYERS = {
+    "stage2": [("ch10", 0, 0), ("ch09", 1, 17)],
+    "stage5": [("ch23", 1, 43), ("ch26", 1, 5)],
+}
 
 
 def book(n: int) -> dict:
@@ -175,9 +182,37 @@ def test_trace_player_fits_a_phone_and_the_stage_pages_embed_traces(built_site: 
             assert box["x"] >= 0 and box["x"] + box["width"] <= 390, f"a panel leaves the screen: {box}"
 
         for lang in ("", "zh/"):  # the Chinese pages live under /zh/, the traces at the site's root
-            page.goto(f"{site_server}/{lang}stages/stage2/", wait_until="load")
-            page.wait_for_function("[...document.querySelectorAll('.trace-player')].every(r => r.dataset.loaded === '1')",
-                                   timeout=10_000)
-            embedded = page.eval_on_selector_all(".trace-player", "rs => rs.map(r => [r.dataset.trace, Number(r.dataset.step)])")
-            assert embedded == [["ch10", 0], ["ch09", 17]], f"{lang or 'en/'}stages/stage2: {embedded}"
-            assert page.evaluate("document.documentElement.scrollWidth") <= 390, f"{lang}stages/stage2 scrolls sideways"
+            for stage, players in STAGE_PLAYERS.items():
+                where = f"{lang or 'en/'}stages/{stage}"
+                page.goto(f"{site_server}/{lang}stages/{stage}/", wait_until="load")
+                page.wait_for_function("[...document.querySelectorAll('.trace-player')].every(r => r.dataset.loaded === '1')",
+                                       timeout=10_000)
+                embedded = page.eval_on_selector_all(".trace-player", """rs => rs.map(r => [r.dataset.trace,
+                    Number(r.querySelector('.tp-engine').value), Number(r.dataset.step)])""")
+                assert embedded == [list(p) for p in players], f"{where}: players open at {embedded}, the page names {players}"
+                assert page.evaluate("document.documentElement.scrollWidth") <= 390, f"{where} scrolls sideways"
+                if stage == "stage5":  # the retraction and the verify step the page describes are on screen
+                    shown = page.eval_on_selector_all(".trace-player", """rs => rs.map(r =>
+                        [...r.querySelectorAll('.tp-events li')].map(li => [li.className, li.textContent]))""")
+                    assert any(k == "tp-ev-retract" for k, _ in shown[0]), f"{where}: ch23's player shows no retraction: {shown[0]}"
+                    kept = {"": "request 0 kept 2 drafts", "zh/": "请求 0 保留了 2 个 draft"}[lang]
+                    assert ["tp-ev-accept", kept] in shown[1], f"{where}: ch26's player does not show {kept!r}: {shown[1]}"
+
+
+def test_the_stage_pages_name_steps_that_show_what_they_describe():
+    """Stage 5's page says: at step 43 of ch23's engine 1 a request is retracted (and admitted again at step 52 with
+    39 tokens found in the tree, 24 recomputed); at step 5 of ch26's engine 1 a verify step keeps some drafts of a row
+    and rejects the others, whose pages go back. A re-recorded trace that moves these steps fails here, not silently."""
+    steps = book(23)["engines"][1]["steps"]
+    retract = [e for e in steps[43]["before"] + steps[43]["after"] if e["e"] == "retract"]
+    assert [(e["uid"], e["known"]) for e in retract] == [(7, 63)], f"ch23 engine 1 step 43: retractions {retract}"
+    readmit = [e for e in steps[52]["before"] if e["e"] == "admit"]
+    assert [(e["uid"], e["hit"], e["end"] - e["start"]) for e in readmit] == [(7, 39, 24)], \
+        f"ch23 engine 1 step 52: admissions {readmit}"
+    step = book(26)["engines"][1]["steps"][5]
+    assert step["phase"] == "verify", f"ch26 engine 1 step 5 is a {step['phase']} step"
+    drafts = {r["uid"]: len(r.get("drafts", [])) for r in step["rows"]}
+    kept = {e["uid"]: e["kept"] for e in step["after"] if e["e"] == "accept"}
+    assert drafts[0] == 4 and kept[0] == 2, f"ch26 engine 1 step 5: request 0 has {drafts[0]} drafts, kept {kept[0]}"
+    assert any(e["e"] == "free" and e["by"] == "free_rejected" for e in step["after"]), \
+        "ch26 engine 1 step 5: the rejected drafts' pages are not given back"
