@@ -19,6 +19,11 @@ when it ended. From those times, for every rate:
     goodput                       = requests that met the SLOs (TTFT and TPOT within --slo-ttft, --slo-tpot)
                                     / the run's duration
 
+One Python process spends tens of microseconds of CPU on every streamed token; a fast server streams tens of
+thousands a second, more than one process can read in time, and a client that falls behind charges its own delay
+to the server's TTFT and throughput. --clients N deals the requests out round robin to N processes that share one
+start time (each run's CPU per token counts all of them as the client).
+
 With --model it starts `python -m minisgl.server` on a free port of 127.0.0.1 and stops it at the end (no
 process is left behind); with --url it uses a server that runs already. Prompts are token ids drawn like the
 offline workload's (minisgl/benchmark/workload.py) and sent to /v1/completions; --api chat sends text to
@@ -219,7 +224,9 @@ class Client:
                 rec["finish_s"], rec["finish_reason"] = now, choice["finish_reason"]
         return False
 
-    async def run(self, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool) -> list[dict]:
+    async def run(self, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool,
+                  t0: float | None = None) -> list[dict]:
+        """Send every request at its offset from t0 (a time.perf_counter() reading; default: now)."""
         from tqdm import tqdm
 
         # No cap on connections: a request that waited for a free connection would charge the client's queue
@@ -227,7 +234,7 @@ class Client:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30), limits=limits) as http:
             with tqdm(total=len(specs), desc=f"rate {label}", unit="req", disable=quiet, leave=False) as bar:
-                t0 = time.perf_counter()
+                t0 = time.perf_counter() if t0 is None else t0
 
                 async def one(spec: RequestSpec, offset: float) -> dict:
                     rec = await self.send(http, spec, offset, t0)
@@ -235,6 +242,51 @@ class Client:
                     return rec
 
                 return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
+
+
+def _client_process(client: Client, specs: list[RequestSpec], offsets: list[float], ready, start, t0, out) -> None:
+    """One of several client processes: get ready, wait for the common start, send its share, report its records
+    and the CPU seconds it spent sending and reading."""
+    ready.set()
+    start.wait()
+    cpu = time.process_time()
+    records = asyncio.run(client.run(specs, offsets, "", quiet=True, t0=t0.value))
+    out.put((records, time.process_time() - cpu))
+
+
+def run_clients(client: Client, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool,
+                processes: int) -> tuple[list[dict], float]:
+    """The run's records (in the order of `specs`) and the CPU seconds of the client processes beyond this one.
+    With processes > 1 the requests are dealt out round robin to that many processes, which share one t0: one
+    Python process that streams every token of a fast server spends tens of microseconds of CPU on each (tens of
+    thousands a second fill a core), and a client that falls behind makes the server look slower than it is."""
+    if processes <= 1:
+        return asyncio.run(client.run(specs, offsets, label, quiet)), 0.0
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    start, t0, out = ctx.Event(), ctx.Value("d", 0.0), ctx.Queue()
+    shares = [list(range(i, len(specs), processes)) for i in range(processes)]
+    procs, ready = [], []
+    for share in shares:
+        ready.append(ctx.Event())
+        procs.append(ctx.Process(target=_client_process, daemon=True, args=(
+            client, [specs[j] for j in share], [offsets[j] for j in share], ready[-1], start, t0, out)))
+        procs[-1].start()
+    try:
+        for event in ready:
+            if not event.wait(timeout=120):
+                raise RuntimeError("a client process did not start within 120 s")
+        t0.value = time.perf_counter()  # CLOCK_MONOTONIC: one clock for every process of the machine
+        start.set()
+        results = [out.get() for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    records = sorted((r for recs, _ in results for r in recs), key=lambda r: r["index"])
+    return records, sum(cpu for _, cpu in results)
 
 
 # ----------------------------------------------------------------------------------------------- CPU per process
@@ -553,6 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slo-ttft", type=float, default=1.0, help="goodput: TTFT at most this many seconds (1.0)")
     ap.add_argument("--slo-tpot", type=float, default=0.05, help="goodput: TPOT at most this many seconds (0.05)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed requests sent first (default 1)")
+    ap.add_argument("--clients", type=int, default=1, help="client processes the requests are dealt out to, "
+                    "round robin, sharing one start time (default 1); a fast server streams more tokens a second "
+                    "than one Python process can read (see its CPU per token)")
     ap.add_argument("--runs", type=int, default=1, help="times each rate is run (default 1); the summary shows "
                     "the median run and the spread of the throughput")
     ap.add_argument("--offline-runs", type=int, default=0, help="with --model: also run the same requests through "
@@ -585,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
     if args.runs < 1:
         raise ValueError(f"--runs must be >= 1, got {args.runs}")
+    if args.clients < 1:
+        raise ValueError(f"--clients must be >= 1, got {args.clients}")
     if args.offline_runs < 0:
         raise ValueError(f"--offline-runs must be >= 0, got {args.offline_runs}")
     max_token_id = args.max_token_id
@@ -622,13 +679,16 @@ def main(argv: list[str] | None = None) -> int:
         for i, rate in enumerate(args.rates):
             for repeat in range(args.runs):
                 before = cpu_seconds(procs)
-                records = asyncio.run(client.run(specs, arrival_offsets(len(specs), rate, args.seed + i),
-                                                 rate_label(rate), quiet))
+                records, clients_cpu = run_clients(client, specs, arrival_offsets(len(specs), rate, args.seed + i),
+                                                   rate_label(rate), quiet, args.clients)
                 for rec in records:
                     if rec["error"] is None:
                         rec.update(request_metrics(rec))
                 summary = summarize_run(records, args.slo_ttft, args.slo_tpot)
-                summary["cpu_us_per_token"] = cpu_per_token(before, cpu_seconds(procs), summary["output_tokens"])
+                after = cpu_seconds(procs)
+                if after.get("client") is not None:  # the client processes of this run (--clients), ended by now
+                    after["client"] += clients_cpu
+                summary["cpu_us_per_token"] = cpu_per_token(before, after, summary["output_tokens"])
                 result["runs"].append({"rate": rate_label(rate), "repeat": repeat, "summary": summary,
                                        "requests": records})
                 print(line(rate_label(rate), summary), flush=True)
