@@ -175,7 +175,8 @@ bench-report:  ## the benchmark's markdown table and PNG from BENCH_OUT (several
 
 # Chapter 22's online benchmark: a server started on the model, loaded at several request rates by a streaming
 # client. On a CPU: SmolLM2, a few short requests; on a GPU: the random Qwen3-0.6B-shaped model, more and longer
-# ones. BENCH_SERVE_ARGS come last and override any of these (python -m benchmark.online --help). Both first run
+# ones, sent by four client processes (one Python process cannot read every token of the GPU's stream in time).
+# BENCH_SERVE_ARGS come last and override any of these (python -m benchmark.online --help). Both first run
 # the same requests through the engine itself (the offline row the server is judged against).
 # LOADGEN=aiperf also loads the server with NVIDIA's AIPerf, the same requests (installed into build/aiperf the
 # first time, ~1 GB; AIPERF="..." names a command that runs an AIPerf you have instead).
@@ -186,7 +187,7 @@ LOADGEN_ARGS      = $(if $(filter aiperf,$(LOADGEN)),--loadgen aiperf --aiperf "
 BENCH_SERVE_CPU  := --model models/smollm2 --num-requests 16 --rates 2,inf --offline-runs 1 --min-len 8 --max-input-len 64 \
 	--max-output-len 16 --slo-ttft 2 --slo-tpot 0.5 \
 	--server-args "--max-running-reqs 16 --max-seq-len 256 --cpu-kv-cache-mb 64"
-BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 16,64,inf --runs 3 --offline-runs 3 --min-len 100 --max-input-len 1024 \
+BENCH_SERVE_GPU  := --model $(BENCH_MODEL) --num-requests 256 --rates 16,64,inf --runs 3 --offline-runs 3 --clients 4 --min-len 100 --max-input-len 1024 \
 	--max-output-len 512 --slo-ttft 1 --slo-tpot 0.05 \
 	--server-args "--max-running-reqs 256 --max-seq-len 2048 --max-extend-tokens 16384 --page-size 256 --cuda-graph-max-bs 256"
 

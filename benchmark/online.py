@@ -19,6 +19,11 @@ when it ended. From those times, for every rate:
     goodput                       = requests that met the SLOs (TTFT and TPOT within --slo-ttft, --slo-tpot)
                                     / the run's duration
 
+One Python process spends tens of microseconds of CPU on every streamed token; a fast server streams tens of
+thousands a second, more than one process can read in time, and a client that falls behind charges its own delay
+to the server's TTFT and throughput. --clients N deals the requests out round robin to N processes that share one
+start time (each run's CPU per token counts all of them as the client); the streams are read with aiohttp.
+
 With --model it starts `python -m minisgl.server` on a free port of 127.0.0.1 and stops it at the end (no
 process is left behind); with --url it uses a server that runs already. Prompts are token ids drawn like the
 offline workload's (minisgl/benchmark/workload.py) and sent to /v1/completions; --api chat sends text to
@@ -236,13 +241,6 @@ class Client:
                 return rec
 
             return await asyncio.gather(*(one(s, o) for s, o in zip(specs, offsets)))
-
-
-def default_client_procs() -> int:
-    """One client process on a small machine (its cores serve); on a larger one up to four, so that parsing the
-    streams never becomes the limit of a fast server: one Python process reading ~30k tokens/s of events is busy
-    most of the time, and its requests would wait on it, not on the server."""
-    return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def run_requests(client: Client, specs: list[RequestSpec], offsets: list[float], label: str, quiet: bool,
@@ -630,9 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--offline-runs", type=int, default=0, help="with --model: also run the same requests through "
                     "the engine itself (LLM, the server's settings) this many times after one untimed run, before "
                     "the server starts: the offline row the server is measured against (default 0: none)")
-    ap.add_argument("--client-procs", type=int, default=default_client_procs(),
-                    help="processes our client sends from (default: a quarter of the cores, 1 to 4); the CPU line's "
-                    "client figure is theirs together")
+    ap.add_argument("--clients", type=int, default=1, help="client processes the requests are dealt out to, "
+                    "round robin, sharing one start time (default 1; make bench-serve on a GPU: 4); a fast server "
+                    "streams more tokens a second than one Python process can read (see its CPU per token)")
     ap.add_argument("--loadgen", choices=["aiperf"], default=None, help="after our client, run this external load "
                     "generator with the same requests at every rate (benchmark/aiperf.py)")
     ap.add_argument("--aiperf", default="aiperf", help="the command that runs AIPerf (default: aiperf)")
@@ -660,8 +658,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
     if args.runs < 1:
         raise ValueError(f"--runs must be >= 1, got {args.runs}")
-    if args.client_procs < 1:
-        raise ValueError(f"--client-procs must be >= 1, got {args.client_procs}")
+    if args.clients < 1:
+        raise ValueError(f"--clients must be >= 1, got {args.clients}")
     if args.offline_runs < 0:
         raise ValueError(f"--offline-runs must be >= 0, got {args.offline_runs}")
     max_token_id = args.max_token_id
@@ -700,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.runs):
                 before = cpu_seconds(procs)
                 records, client_cpu = run_requests(client, specs, arrival_offsets(len(specs), rate, args.seed + i),
-                                                   rate_label(rate), quiet, args.client_procs)
+                                                   rate_label(rate), quiet, args.clients)
                 for rec in records:
                     if rec["error"] is None:
                         rec.update(request_metrics(rec))

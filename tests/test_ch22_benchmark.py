@@ -707,9 +707,9 @@ def test_online_benchmark_against_a_real_server(tiny_qwen3, tmp_path):
     online = _online()
     out, png = tmp_path / "online.json", tmp_path / "online.png"
     w = ONLINE_WORKLOAD
+    # Two client processes (--clients): each run's records come from both, merged in the order of the requests.
     code = online.main(["--model", str(tiny_qwen3), "--server-args", ONLINE_SERVER, "--rates", "8,inf",
-                        "--offline-runs", "1", "--profile-dir", str(tmp_path / "prof"),
-                        "--client-procs", "2",  # the timed runs from two client processes, the warm-up from one
+                        "--offline-runs", "1", "--profile-dir", str(tmp_path / "prof"), "--clients", "2",
                         "--num-requests", str(w["num_seqs"]), "--min-len", str(w["min_len"]),
                         "--max-input-len", str(w["max_input_len"]), "--max-output-len", str(w["max_output_len"]),
                         "--out", str(out), "--png", str(png)])

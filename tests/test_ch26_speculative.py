@@ -440,6 +440,27 @@ def test_a_run_of_tokens_is_recorded_in_order_up_to_the_token_that_finishes_the_
             f"request {uid}, run {run}: recorded {req.output_ids}, on_token saw {seen}; expected {kept}"
 
 
+
+def test_input_ids_made_on_read_match_every_token_appended_and_earlier_views_stay_valid():
+    """Req.input_ids is made when it is read (append_host writes the buffer only); host_len counts without it."""
+    params = SamplingParams(max_tokens=6)
+    req = Req(torch.tensor([5, 6], dtype=torch.int32), 0, 1, params.max_tokens, 0, params)
+    appended, views = [], []
+    for token in (11, 12, 13):
+        req.append_host(token)
+        appended.append(token)
+        assert req.host_len == 2 + len(appended), f"host_len {req.host_len} after appending {appended}"
+        views.append(req.input_ids)
+        assert req.input_ids.tolist() == [5, 6, *appended] and req.input_ids.dtype == torch.int32, \
+            f"input_ids {req.input_ids} after appending {appended}"
+    assert [v.tolist() for v in views] == [[5, 6, 11], [5, 6, 11, 12], [5, 6, 11, 12, 13]], \
+        f"a view read earlier changed: {views}"
+    req.input_ids = torch.tensor([1, 2, 3, 4], dtype=torch.int32)  # replaced (a retraction builds a new one)
+    req.append_host(9)
+    assert req.input_ids.tolist() == [1, 2, 3, 4, 9] and req.host_len == 5, \
+        f"after replacing input_ids and appending 9: {req.input_ids}, host_len {req.host_len}"
+    assert views[-1].tolist() == [5, 6, 11, 12, 13], f"the old buffer was written over: {views[-1]}"
+
 def test_the_draft_keeps_the_kv_of_the_accepted_drafts_it_fed_and_no_more():
     llm = make_llm(spec("draft", 3))
     proposer = llm.scheduler.speculation.proposer

@@ -164,7 +164,7 @@ class Req:
         [device_len, max_device_len)  tokens still to be generated
     """
 
-    input_ids: torch.Tensor  # CPU int32: the prompt, then every token generated so far
+    input_ids: torch.Tensor  # CPU int32: the prompt, then every token generated so far (a property: see below)
     table_idx: int  # this request's row in the page table and token pool
     cached_len: int
     output_len: int  # the most tokens this request may generate
@@ -176,12 +176,6 @@ class Req:
         self.prompt_len = len(self.input_ids)
         self.device_len = len(self.input_ids)
         self.max_device_len = len(self.input_ids) + self.output_len
-        # append_host's storage: a buffer (and a numpy view of the same memory), input_ids a view of its first
-        # _host_len entries
-        self._host_buffer: torch.Tensor | None = None
-        self._host_np = None
-        self._host_view: torch.Tensor | None = None
-        self._host_len = 0
         self.finish_reason: str | None = None  # why it ended ("stop", "length"), set by the scheduler (chapter 11)
         self.logprobs: list[TokenLogprob] | None = None  # chapter 24: set when it finishes, if it asked
         if not 0 <= self.cached_len < self.device_len:
@@ -219,23 +213,39 @@ class Req:
         """Record the sampled token on the CPU copy of the sequence.
 
         This runs for every request at every step, so it stays cheap: the tokens live in a buffer with room for
-        the whole request and input_ids is a view of its filled part. A torch.cat per token would copy the
-        sequence each time, tens of microseconds of host time per request, milliseconds per step at batch 256.
-        Entries already in input_ids are never written again, so views handed out earlier stay valid."""
-        n = self._host_len
-        if self.input_ids is not self._host_view or n >= len(self._host_np):
-            # first token, or input_ids was replaced since: a new buffer, sized for the rest of the request
-            n = len(self.input_ids)
-            buf = torch.empty(max(self.max_device_len, n + 1), dtype=self.input_ids.dtype)
-            buf[:n] = self.input_ids
+        the whole request, and input_ids, a view of its filled part, is made when it is read, not per token (a
+        view costs a few microseconds, a torch.cat per token would copy the sequence each time: milliseconds per
+        step at batch 256). host_len counts the tokens without making the view. Entries already in input_ids are
+        never written again, so views handed out earlier stay valid."""
+        n = self.host_len
+        if self._host_np is None or n >= len(self._host_np):
+            # first token, or input_ids was set since: a new buffer, sized for the rest of the request
+            ids = self._ids
+            buf = torch.empty(max(self.max_device_len, n + 1), dtype=ids.dtype)
+            buf[:n] = ids
             self._host_buffer, self._host_np = buf, buf.numpy()
         self._host_np[n] = next_token  # through numpy, which shares the memory: ~40x cheaper than buf[n] = ...
-        self.input_ids = self._host_view = self._host_buffer[: n + 1]
-        self._host_len = n + 1
+        self.host_len = n + 1
+
+    def _get_input_ids(self) -> torch.Tensor:
+        if self._ids_len != self.host_len:  # tokens were appended since the last read
+            self._ids, self._ids_len = self._host_buffer[: self.host_len], self.host_len
+        return self._ids
+
+    def _set_input_ids(self, ids: torch.Tensor) -> None:
+        self._ids, self._ids_len = ids, len(ids)
+        self.host_len = self._ids_len
+        self._host_buffer = self._host_np = None  # the next append_host copies `ids` into a buffer of its own
 
     def __repr__(self) -> str:
         return (f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
                 f"device_len={self.device_len}, max_device_len={self.max_device_len})")
+
+
+# input_ids is a property over append_host's buffer, set after the class is made: a property in the class body
+# would count as the default value of the dataclass field (which gives __init__ its first argument).
+Req.input_ids = property(Req._get_input_ids, Req._set_input_ids,
+                         doc="CPU int32: the prompt, then every token generated so far")
 
 
 @dataclass

@@ -168,7 +168,7 @@ class Scheduler:
         if grammar is not None:
             if grammar.finished:
                 return "stop"
-        return "length" if req.input_ids.shape[0] >= req.max_device_len else None
+        return "length" if req.host_len >= req.max_device_len else None  # host_len: no view of input_ids made
 
     def prepare_batch(self, batch: Batch) -> None:
         """Give every new token of the batch a KV slot (whole pages, recorded in the request's page-table row),
