@@ -196,35 +196,48 @@ def test_acceptance_decides_on_the_device_without_reading_a_value_back():
 @pytest.mark.parametrize("sampled", [False, True])
 def test_a_verify_step_reads_the_device_once(prompts, reference, sampled, monkeypatch):
     """Everything a verify step decides (acceptance, greedy and sampled rows, rows without drafts, the new tokens in
-    the token pool) is computed on the device and read back in one go: the forward pass and the ordinary sampler
-    aside, one read per verify step."""
+    the token pool) is computed on the device and read back in one go, when the scheduler processes the step: the
+    launch reads nothing (the host goes on while the device verifies), and the forward pass and the ordinary sampler
+    aside, processing the step reads once, the decisions, before the requests move on."""
     from minisgl.scheduler import speculate
+    from minisgl.scheduler.scheduler import Scheduler
     from minisgl.spec.verify import verify_batch
 
     llm = make_llm(spec("ngram", 3))
     sched, engine = llm.scheduler, llm.engine
     truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
     sched.speculation.proposer = ScriptedProposer(truth, one_in_three)
-    forward, reads = engine.forward_verify, []
+    forward, record, process, reads = engine.forward_verify, sched._process_last_data, sched._process, []
 
-    def forward_unwatched(batch):  # the model and the sampler: the decode step's own reads
-        saved = {name: getattr(torch.Tensor, name) for name in READS}
-        for name, method in ORIGINAL_READS.items():
-            setattr(torch.Tensor, name, method)
-        try:
-            return forward(batch)
-        finally:
-            for name, method in saved.items():
+    def unwatched(fn):  # the model and the sampler, the decode step's own reads; recording (log-probabilities)
+        def call(*args):
+            saved = {name: getattr(torch.Tensor, name) for name in READS}
+            for name, method in ORIGINAL_READS.items():
                 setattr(torch.Tensor, name, method)
+            try:
+                return fn(*args)
+            finally:
+                for name, method in saved.items():
+                    setattr(torch.Tensor, name, method)
+        return call
 
-    def watched(*args):  # the pass, the decisions, the requests moved on (the page bookkeeping after it is host-only)
+    def launched(*args):  # the pass and the decisions, queued: no read
+        with host_reads(forbid=True):
+            return verify_batch(*args)
+
+    def processed(data):  # the decisions read back, the requests moved on
+        if data is None or not data.batch.is_verify:
+            return process(data)
         with host_reads(forbid=False) as seen:
-            out = verify_batch(*args)
+            out = process(data)
         reads.append(list(seen))
         return out
 
-    engine.forward_verify = forward_unwatched
-    monkeypatch.setattr(speculate, "verify_batch", watched)
+    engine.forward_verify = unwatched(forward)
+    monkeypatch.setattr(sched, "_process_last_data", unwatched(record))
+    monkeypatch.setattr(sched.cache_manager, "free_rejected", unwatched(sched.cache_manager.free_rejected))  # host pages
+    monkeypatch.setattr(sched, "_process", processed)
+    monkeypatch.setattr(speculate, "verify_batch", launched)
     params = [greedy(), SamplingParams(max_tokens=N, ignore_eos=True, temperature=0.8, top_k=5) if sampled else greedy(),
               greedy(logprobs=True)]  # the last row never speculates: it keeps the sampler's token
     for uid, (p, sp) in enumerate(zip(prompts, params)):

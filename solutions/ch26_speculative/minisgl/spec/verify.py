@@ -142,20 +142,15 @@ def decide_rows(logits: torch.Tensor, sampled: torch.Tensor, batch: Batch, draft
 
 
 def verify_batch(engine: Engine, batch: Batch, drafts: list[list[int]],
-                 draft_probs: list[torch.Tensor | None]) -> tuple[torch.Tensor, list[int]]:
-    """Run a prepared verify batch on the target and decide every row: (the tokens each row gains, [rows, k + 1] on
-    the host, -1 past a row's own, and how many of its drafts were accepted). Rows without drafts gain the token the
-    ordinary sampler picked for them. The host waits for the device once, for the counts and the tokens together.
-    The requests' state is brought up to date (Engine.complete_verify); their rejected pages are not freed here."""
-    logits, sampled = engine.forward_verify(batch)  # [tokens of the batch, vocab], [rows]
+                 draft_probs: list[torch.Tensor | None]) -> torch.Tensor:
+    """Run a prepared verify batch on the target and queue the decision of every row: [2, rows] int64 on the device,
+    each row's accepted drafts and the token after them (a row without drafts: the one the ordinary sampler picked).
+    Nothing is read back and no request changes here: the host reads the decisions when it next needs them (the
+    step's one wait), and only then are the requests moved on (Speculation.settle)."""
     if not any(drafts):
         raise ValueError("a verify batch needs a row with drafts")
-    decided = decide_rows(logits, sampled, batch, drafts, draft_probs, engine.sampler.generator)
-    accepted, tokens = decided.tolist()  # the step's one wait for the device
-    engine.complete_verify(batch, accepted, decided[1])
-    width = max(map(len, drafts)) + 1
-    gained = [d[:n] + [t] + [-1] * (width - n - 1) for d, n, t in zip(drafts, accepted, tokens)]
-    return torch.tensor(gained, dtype=torch.int64), accepted
+    logits, sampled = engine.forward_verify(batch)  # [tokens of the batch, vocab], [rows]
+    return decide_rows(logits, sampled, batch, drafts, draft_probs, engine.sampler.generator)
 
 
 def draft_q(probs: list[torch.Tensor | None], drafts: torch.Tensor, vocab: int) -> torch.Tensor:
