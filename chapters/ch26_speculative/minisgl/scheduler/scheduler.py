@@ -349,7 +349,8 @@ class Scheduler:
         """Launch the next batch, then process `last` (launched by the previous call) while it runs.
         Returns the batch now in flight, for the next call; None if nothing was launched."""
         with self._on_stream():
-            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts
+            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts, and the next verify
+            # step's positions and pages need last's accepted counts (its launch did not wait for them)
             if last is not None and (self.grammar.matchers or self.speculation is not None):
                 self._process(last)
                 last = None

@@ -10,9 +10,13 @@ one token of the model's own, 1 to k + 1 tokens for one forward pass. The pages 
 Rows that cannot speculate (a grammar, log-probabilities, logit processors, min_p, a seeded sample) or found no
 draft decode one token in the same pass, sampled as ever; a step where no row has a draft is an ordinary decode
 step. With CUDA graphs both kinds of step replay a graph: verify steps their own, each row padded to k + 1 tokens
-(captured when the scheduler is made). Prefill and mixed batches never speculate. The drafts of step t+1 are guessed
-from the tokens step t produced, and a verify pass waits for its accepted counts, so while speculating the overlap
-loop processes each step's results before it schedules the next.
+(captured when the scheduler is made). Prefill and mixed batches never speculate.
+
+A verify step is launched like any batch: the pass and its decisions are queued and the launch returns without
+waiting (verify); the host reads the decisions back once, when it processes the step, and only then moves the
+requests on (settle). What needs them waits there: the drafts of step t+1 are guessed from the tokens step t
+produced, and its positions and pages follow from t's accepted counts, so the overlap loop processes a verify step
+before it schedules the next; the host's other work (replies, new requests) runs while the device verifies.
 """
 
 from __future__ import annotations
