@@ -1073,6 +1073,48 @@ def test_speculation_on_the_gpu_with_cuda_graphs(prompts, reference, overlap):
 
 @pytest.mark.gpu
 @pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+def test_overlap_while_speculating_on_the_gpu_with_graphs_retraction_and_chunks(prompts, reference, method, request):
+    """CUDA, float32, decode and verify graphs, a tight pool with optimistic admission (retractions), prompts in chunks
+    of 8 tokens: with overlap on, every verify step is launched without waiting (its decisions come back through an
+    event, like a decode step's tokens), and overlap on and off give HF's answers with every proposer, the pages exact
+    after every step."""
+    from minisgl.scheduler.retract import NewTokenRatio
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    config = (SpecConfig("eagle", 3, draft_model_path=request.getfixturevalue("eagle_head")[0]) if method == "eagle"
+              else spec(method, 3, draft=NAME))
+    for overlap in (False, True):
+        llm = LLM(model_path(NAME), device="cuda", dtype="float32", max_running_reqs=8, max_seq_len=256, page_size=4,
+                  num_pages=26, admission="optimistic", new_token_ratio=NewTokenRatio(0.1, 0.1, 1),
+                  max_extend_tokens=8, overlap=overlap, cuda_graph_max_bs=8, speculative=config)
+        sched, what = llm.scheduler, f"{method}, overlap {'on' if overlap else 'off'}"
+        launch, waits = sched._launch, []
+
+        def launched(batch, launch=launch, waits=waits):
+            data = launch(batch)
+            if batch.is_verify:
+                waits.append(data.ready is None)  # None: the launch read the decisions back itself
+            return data
+
+        sched._launch = launched
+        replays = []
+        replay = llm.engine.verify_graphs.replay
+        llm.engine.verify_graphs.replay = lambda batch: replays.append(batch.size) or replay(batch)
+        for uid, p in enumerate(prompts):
+            sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
+        sched.run_until_idle(sched.check_integrity)
+        got = [sched.finished.pop(uid).output_ids for uid in range(len(prompts))]
+        assert_same(got, reference, what)
+        assert sched.admission.num_retractions > 0, f"{what}: the pool should have been too small without retracting"
+        assert waits and not any(waits), f"{what}: {sum(waits)} of {len(waits)} verify launches waited for the device"
+        assert replays, f"{what}: no verify step replayed a graph"
+        assert_clean(llm)
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*RUN_STUBS)
 @pytest.mark.parametrize("backend, page_size", [("hybrid", 256), ("triton", 1)])
 def test_a_replayed_verify_graph_gives_the_eager_passs_logits(prompts, reference, backend, page_size):
     """bfloat16 on the GPU: one verify step of rows with 3, 0, 2 and 1 drafts, replayed from its graph and run eagerly
