@@ -22,6 +22,7 @@ from helpers import (TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler.config import SchedulerConfig
+from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.scheduler.utils import PendingReq
 from minisgl.spec import Proposer, SpecConfig, accept_greedy, accept_rejection, ngram_lookup
 
@@ -196,35 +197,48 @@ def test_acceptance_decides_on_the_device_without_reading_a_value_back():
 @pytest.mark.parametrize("sampled", [False, True])
 def test_a_verify_step_reads_the_device_once(prompts, reference, sampled, monkeypatch):
     """Everything a verify step decides (acceptance, greedy and sampled rows, rows without drafts, the new tokens in
-    the token pool) is computed on the device and read back in one go: the forward pass and the ordinary sampler
-    aside, one read per verify step."""
+    the token pool) is computed on the device and read back in one go, when the scheduler processes the step: the
+    launch reads nothing (the host goes on while the device verifies), and the forward pass and the ordinary sampler
+    aside, processing the step reads once, the decisions, before the requests move on."""
     from minisgl.scheduler import speculate
+    from minisgl.scheduler.scheduler import Scheduler
     from minisgl.spec.verify import verify_batch
 
     llm = make_llm(spec("ngram", 3))
     sched, engine = llm.scheduler, llm.engine
     truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
     sched.speculation.proposer = ScriptedProposer(truth, one_in_three)
-    forward, reads = engine.forward_verify, []
+    forward, record, process, reads = engine.forward_verify, sched._process_last_data, sched._process, []
 
-    def forward_unwatched(batch):  # the model and the sampler: the decode step's own reads
-        saved = {name: getattr(torch.Tensor, name) for name in READS}
-        for name, method in ORIGINAL_READS.items():
-            setattr(torch.Tensor, name, method)
-        try:
-            return forward(batch)
-        finally:
-            for name, method in saved.items():
+    def unwatched(fn):  # the model and the sampler, the decode step's own reads; recording (log-probabilities)
+        def call(*args, **kwargs):
+            saved = {name: getattr(torch.Tensor, name) for name in READS}
+            for name, method in ORIGINAL_READS.items():
                 setattr(torch.Tensor, name, method)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                for name, method in saved.items():
+                    setattr(torch.Tensor, name, method)
+        return call
 
-    def watched(*args):  # the pass, the decisions, the requests moved on (the page bookkeeping after it is host-only)
+    def launched(*args):  # the pass and the decisions, queued: no read
+        with host_reads(forbid=True):
+            return verify_batch(*args)
+
+    def processed(data):  # the decisions read back, the requests moved on
+        if data is None or not data.batch.is_verify:
+            return process(data)
         with host_reads(forbid=False) as seen:
-            out = verify_batch(*args)
+            out = process(data)
         reads.append(list(seen))
         return out
 
-    engine.forward_verify = forward_unwatched
-    monkeypatch.setattr(speculate, "verify_batch", watched)
+    engine.forward_verify = unwatched(forward)
+    monkeypatch.setattr(sched, "_process_last_data", unwatched(record))
+    monkeypatch.setattr(sched.cache_manager, "free_rejected", unwatched(sched.cache_manager.free_rejected))  # host pages
+    monkeypatch.setattr(sched, "_process", processed)
+    monkeypatch.setattr(speculate, "verify_batch", launched)
     params = [greedy(), SamplingParams(max_tokens=N, ignore_eos=True, temperature=0.8, top_k=5) if sampled else greedy(),
               greedy(logprobs=True)]  # the last row never speculates: it keeps the sampler's token
     for uid, (p, sp) in enumerate(zip(prompts, params)):
@@ -693,6 +707,39 @@ def test_optimistic_admission_retracts_and_drafts_take_only_pages_that_exist(pro
 
 
 @pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+def test_overlap_on_and_off_give_the_same_tokens_with_retraction_and_chunked_prefill(prompts, reference, method,
+                                                                                    request):
+    """Overlap scheduling stays on while speculating: a verify step is launched without waiting and its decisions are
+    read when the step is processed. On a tight pool with optimistic admission (retractions) and prompts prefilled in
+    chunks of 8 tokens, overlap on and off give the same tokens, HF's, with every proposer; the pages are exact after
+    every step, verify steps in flight included."""
+    from minisgl.scheduler.retract import NewTokenRatio
+
+    config = (SpecConfig("eagle", 3, draft_model_path=request.getfixturevalue("eagle_head")[0]) if method == "eagle"
+              else spec(method, 3, draft=NAME))
+    answers = {}
+    for overlap in (False, True):
+        llm = make_llm(config, page_size=4, overlap=overlap, num_pages=26, admission="optimistic",
+                       new_token_ratio=NewTokenRatio(0.1, 0.1, 1), max_extend_tokens=8)
+        sched = llm.scheduler
+        chunked = set()
+        sched.on_batch = lambda b: chunked.update(r.uid for r in b.reqs if isinstance(r, ChunkedReq))
+        for uid, p in enumerate(prompts):
+            sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
+        sched.run_until_idle(sched.check_integrity)
+        answers[overlap] = got = [sched.finished.pop(uid).output_ids for uid in range(len(prompts))]
+        what = f"{method}, overlap {'on' if overlap else 'off'}"
+        assert_same(got, reference, what)
+        assert sched.admission.num_retractions > 0, f"{what}: the pool should have been too small without retracting"
+        assert chunked, f"{what}: no prompt was prefilled in chunks"
+        assert sched.speculation.stats.verify_steps > 0, f"{what}: nothing was verified"
+        assert not sched.speculation.in_flight, f"{what}: verify steps left unsettled: {sched.speculation.in_flight}"
+        assert_clean(llm)
+    assert_same(answers[True], answers[False], f"{method}: overlap on against off")
+
+
+@pytest.mark.stubs(*RUN_STUBS)
 @pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
 def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
     llm = make_llm(spec("draft", 3), page_size=4, overlap=overlap)
@@ -700,8 +747,10 @@ def test_an_abort_mid_speculation_frees_everything(prompts, reference, overlap):
     for uid in (0, 1):
         sched.add_request(PendingReq(uid, torch.tensor(prompts[uid], dtype=torch.int32), greedy()))
     last = None
-    while sched.speculation.stats.verify_steps < 3:
+    while sched.speculation.stats.verify_steps < 3 or (overlap and not last.batch.is_verify):
         last = sched.overlap_step(last) if overlap else sched.step()
+    if overlap:  # the abort lands while a verify step of request 0 is launched and not yet processed
+        assert 0 in sched.speculation.in_flight, "request 0 should be in the verify step in flight"
     assert sched.abort_request(0), "request 0 was running"
     assert 0 not in sched.speculation.proposer.kept, "the draft keeps nothing for an aborted request"
     sched.check_integrity()
@@ -1040,6 +1089,48 @@ def test_speculation_on_the_gpu_with_cuda_graphs(prompts, reference, overlap):
         replayed = collections.Counter(replays)
         assert replayed["decode"] == phases["decode"] and replayed["verify"] == phases["verify"], \
             f"{method}: graphs replayed for {dict(replayed)}, batches {dict(phases)}"
+        assert_clean(llm)
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+def test_overlap_while_speculating_on_the_gpu_with_graphs_retraction_and_chunks(prompts, reference, method, request):
+    """CUDA, float32, decode and verify graphs, a tight pool with optimistic admission (retractions), prompts in chunks
+    of 8 tokens: with overlap on, every verify step is launched without waiting (its decisions come back through an
+    event, like a decode step's tokens), and overlap on and off give HF's answers with every proposer, the pages exact
+    after every step."""
+    from minisgl.scheduler.retract import NewTokenRatio
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    config = (SpecConfig("eagle", 3, draft_model_path=request.getfixturevalue("eagle_head")[0]) if method == "eagle"
+              else spec(method, 3, draft=NAME))
+    for overlap in (False, True):
+        llm = LLM(model_path(NAME), device="cuda", dtype="float32", max_running_reqs=8, max_seq_len=256, page_size=4,
+                  num_pages=26, admission="optimistic", new_token_ratio=NewTokenRatio(0.1, 0.1, 1),
+                  max_extend_tokens=8, overlap=overlap, cuda_graph_max_bs=8, speculative=config)
+        sched, what = llm.scheduler, f"{method}, overlap {'on' if overlap else 'off'}"
+        launch, waits = sched._launch, []
+
+        def launched(batch, launch=launch, waits=waits):
+            data = launch(batch)
+            if batch.is_verify:
+                waits.append(data.ready is None)  # None: the launch read the decisions back itself
+            return data
+
+        sched._launch = launched
+        replays = []
+        replay = llm.engine.verify_graphs.replay
+        llm.engine.verify_graphs.replay = lambda batch: replays.append(batch.size) or replay(batch)
+        for uid, p in enumerate(prompts):
+            sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy()))
+        sched.run_until_idle(sched.check_integrity)
+        got = [sched.finished.pop(uid).output_ids for uid in range(len(prompts))]
+        assert_same(got, reference, what)
+        assert sched.admission.num_retractions > 0, f"{what}: the pool should have been too small without retracting"
+        assert waits and not any(waits), f"{what}: {sum(waits)} of {len(waits)} verify launches waited for the device"
+        assert replays, f"{what}: no verify step replayed a graph"
         assert_clean(llm)
 
 

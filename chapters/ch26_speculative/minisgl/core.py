@@ -284,11 +284,15 @@ class GrammarMask(NamedTuple):
 
 class Drafts(NamedTuple):
     """Chapter 26: a verify batch's draft tokens per row, their q rows (None: a point mass, see Proposer.draft_probs)
-    and the drafts each row could take (0: it decodes one token)."""
+    and the drafts each row could take (0: it decodes one token). Once the batch is launched: each row's device_len
+    before its pages were allocated (ends) and the decisions the device is computing ([2, rows]: accepted drafts,
+    new token), which the scheduler reads back when it processes the batch."""
 
     tokens: list[list[int]]
     probs: list[torch.Tensor | None]
     lengths: list[int]
+    ends: list[int] | None = None
+    decided: torch.Tensor | None = None
 
 
 @dataclass

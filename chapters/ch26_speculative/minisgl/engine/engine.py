@@ -171,12 +171,15 @@ class Engine:
         self.verify_graphs = VerifyGraphRunner(self.graph_runner, k, self.page_table.shape[1])
 
     @torch.inference_mode()
-    def forward_verify(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_verify(self, batch: Batch, sample: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Chapter 26: run a prepared verify batch. Returns the logits of every new token [tokens, vocab] and, per
         row, the token the ordinary sampler picks from the row's last position [rows]: the token of a row without
-        drafts (its logit processors, grammar mask and log-probabilities apply as in a decode step). No request
+        drafts (its logit processors, grammar mask and log-probabilities apply as in a decode step); None with
+        sample=False (every row has drafts: no row keeps it, and the sampler's host work is saved). No request
         changes: complete_verify does that once the accepted drafts are known."""
         logits = self.forward_logits(batch)
+        if not sample:
+            return logits, None
         last = ints_to_device([n - 1 for n in accumulate(r.extend_len for r in batch.reqs)], np.int64, self.device)
         # Every row is sampled, and rows with drafts ignore theirs: one sampler call for the whole batch keeps each
         # row's processors and grammar-mask rows where they are (batch rows), cheaper than a sub-batch of its own.

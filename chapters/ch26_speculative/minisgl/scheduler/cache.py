@@ -12,7 +12,7 @@ the cache instead of the free list, and the cache gives pages back (eviction) wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -187,27 +187,28 @@ class CacheManager:
             req.cache_handle = new
             self.lock(new)
 
-    def held_pages(self, reqs: Sequence[Req]) -> list[int]:
+    def held_pages(self, reqs: Sequence[Req], in_flight: Mapping[int, int] | None = None) -> list[int]:
         """The KV pages live requests hold outside the prefix cache, in page ids (chapter 23). A live request's row
         covers positions [0, cached_len) in whole pages: the first handle.cached_len positions (whole pages) point
-        at its locked prefix in the cache, the pages after them are its own."""
+        at its locked prefix in the cache, the pages after them are its own. `in_flight` (chapter 26): uid -> end
+        for the requests of a verify step not processed yet, whose rows cover [0, end) until then (their drafts')."""
         ps = self.page_size
         pages: list[int] = []
         for r in reqs:
             start = r.cache_handle.cached_len if r.cache_handle is not None else 0
-            end = div_ceil(r.cached_len, ps) * ps
+            end = div_ceil(max(r.cached_len, in_flight.get(r.uid, 0) if in_flight else 0), ps) * ps
             pages += [s // ps for s in self.host_table[r.table_idx, start:end:ps].tolist()]
         return pages
 
-    def check_integrity(self, held: Sequence[Req] = ()) -> None:
+    def check_integrity(self, held: Sequence[Req] = (), in_flight: Mapping[int, int] | None = None) -> None:
         """Every page is free, held by the prefix cache, or held by one of `held` (the live requests: none when the
-        engine is idle), exactly once; each live request's row points at its locked prefix; when nothing runs,
-        nothing in the cache is still locked (AssertionError naming the fault)."""
+        engine is idle; `in_flight` as for held_pages), exactly once; each live request's row points at its locked
+        prefix; when nothing runs, nothing in the cache is still locked (AssertionError naming the fault)."""
         self.prefix_cache.check_integrity()
         ps = self.page_size
         free = self._free_pages
         cached = [s // ps for s in self.prefix_cache.cached_slots()[::ps].tolist()]
-        owned = self.held_pages(held) if held else []
+        owned = self.held_pages(held, in_flight) if held else []
         if len(set(free)) != len(free):
             raise AssertionError(f"KV pages double-freed: {len(free) - len(set(free))} duplicates on the free list")
         if set(free) & set(cached):

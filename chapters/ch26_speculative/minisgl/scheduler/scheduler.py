@@ -198,7 +198,7 @@ class Scheduler:
     def _process_last_data(self, batch: Batch, next_tokens: list, logprobs: BatchLogprobs | None = None) -> None:
         """Record each request's new token (and its log-probabilities, chapter 24); finished requests leave and free
         everything they hold. A verify batch (chapter 26) gives each request a run of tokens: next_tokens[i] is row
-        i's list, padded with -1."""
+        i's list."""
         skip, self._freed = self._freed, set()
         prompts = set(batch.prefill_reqs)  # a mixed batch's decode rows are not prompts: nothing new to cache
         entries = logprob_entries(logprobs)
@@ -206,7 +206,7 @@ class Scheduler:
             if isinstance(req, ChunkedReq) or req.uid in skip or req.uid in self._freed:
                 continue
             if batch.is_verify:
-                reason = self.record_run(req, [t for t in token if t >= 0], entries)
+                reason = self.record_run(req, token, entries)
             else:
                 reason = self._record(req, token, entries)
             if reason is not None:
@@ -327,9 +327,12 @@ class Scheduler:
         if data.ready is not None:
             data.ready.synchronize()  # the only point where the CPU waits for the GPU
         self._unprocessed = [b for b in self._unprocessed if b is not data.batch]
+        tokens = data.next_tokens.tolist()
+        if data.batch.is_verify:  # chapter 26: the decisions read back; the requests move on by them
+            tokens = self.speculation.settle(data.batch, tokens, self._freed)
         if self.on_process is not None:
             self.on_process(data.batch)
-        self._process_last_data(data.batch, data.next_tokens.tolist(), data.logprobs)
+        self._process_last_data(data.batch, tokens, data.logprobs)
 
     def _on_stream(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
@@ -346,7 +349,8 @@ class Scheduler:
         """Launch the next batch, then process `last` (launched by the previous call) while it runs.
         Returns the batch now in flight, for the next call; None if nothing was launched."""
         with self._on_stream():
-            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts
+            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts, and the next verify
+            # step's positions and pages need last's accepted counts (its launch did not wait for them)
             if last is not None and (self.grammar.matchers or self.speculation is not None):
                 self._process(last)
                 last = None
@@ -370,7 +374,7 @@ class Scheduler:
         steps, and after a retraction (chapter 23)."""
         held = list(self._live.values())
         self.table_manager.check_integrity([r.table_idx for r in held])
-        self.cache_manager.check_integrity(held)
+        self.cache_manager.check_integrity(held, self.speculation.in_flight if self.speculation is not None else None)
 
     def run_until_idle(self, on_step: Callable[[], None] | None = None) -> None:
         """Step until nothing waits or runs. If anything fails on the way (the forward pass, the sampler, a

@@ -10,9 +10,13 @@ one token of the model's own, 1 to k + 1 tokens for one forward pass. The pages 
 Rows that cannot speculate (a grammar, log-probabilities, logit processors, min_p, a seeded sample) or found no
 draft decode one token in the same pass, sampled as ever; a step where no row has a draft is an ordinary decode
 step. With CUDA graphs both kinds of step replay a graph: verify steps their own, each row padded to k + 1 tokens
-(captured when the scheduler is made). Prefill and mixed batches never speculate. The drafts of step t+1 are guessed
-from the tokens step t produced, and a verify pass waits for its accepted counts, so while speculating the overlap
-loop processes each step's results before it schedules the next.
+(captured when the scheduler is made). Prefill and mixed batches never speculate.
+
+A verify step is launched like any batch: the pass and its decisions are queued and the launch returns without
+waiting (verify); the host reads the decisions back once, when it processes the step, and only then moves the
+requests on (settle). What needs them waits there: the drafts of step t+1 are guessed from the tokens step t
+produced, and its positions and pages follow from t's accepted counts, so the overlap loop processes a verify step
+before it schedules the next; the host's other work (replies, new requests) runs while the device verifies.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class Speculation:
         self.proposer = make_proposer(config, engine)
         engine.capture_verify_graphs(config.num_tokens)
         self.stats = SpecStats()
+        # uid -> device_len at launch, for the requests of a verify step launched and not yet settled: their pages
+        # cover their drafts until then
+        self.in_flight: dict[int, int] = {}
 
     def draft_lengths(self, reqs: list[Req], constrained: Container[int]) -> list[int]:
         """How many drafts each running request may take this step (0: it decodes one token); `constrained`: the
@@ -102,10 +109,30 @@ class Speculation:
         return verify
 
     def verify(self, batch: Batch, ends: list[int]) -> torch.Tensor:
-        """Run a prepared verify batch: every row's gained tokens as a [rows, k + 1] tensor on the CPU, -1 past each
-        row's own. The requests move on by what they gained; the pages of their rejected drafts go back."""
-        drafts, probs, ks = batch.drafts
-        gained, accepted = verify_batch(self.engine, batch, drafts, probs)
+        """Run a prepared verify batch (`ends`: each row's device_len before its pages were allocated) and queue its
+        decisions: [2, rows] on the device, accepted drafts and new token per row. Nothing waits for the device here;
+        settle moves the requests on once the scheduler has read the decisions back."""
+        decided = verify_batch(self.engine, batch, batch.drafts.tokens, batch.drafts.probs)
+        batch.drafts = batch.drafts._replace(ends=ends, decided=decided)
+        self.in_flight.update((r.uid, r.device_len) for r in batch.reqs)
+        return decided
+
+    def settle(self, batch: Batch, decided: list[list[int]], gone: Container[int]) -> list[list[int]]:
+        """A verify batch's decisions, read back ([accepted per row], [new token per row]): the requests move on by
+        what they gained (Engine.complete_verify), the pages of their rejected drafts go back, the proposer hears what
+        was kept. Returns each row's run: its kept drafts, then its new token. A request in `gone` (the uids of those
+        freed since the batch was launched: finished, aborted, retracted) gave back its pages already: left alone."""
+        accepted, tokens = decided
+        drafts, _, ks, ends, on_device = batch.drafts
+        runs = [d[:n] + [t] for d, n, t in zip(drafts, accepted, tokens)]
+        live = [i for i, r in enumerate(batch.reqs) if r.uid not in gone]
+        for r in batch.reqs:
+            self.in_flight.pop(r.uid, None)
+        if len(live) < len(batch.reqs):  # the scheduler skips their runs
+            on_device = on_device[:, ints_to_device(live, np.int64, on_device.device)]
+            batch = Batch([batch.reqs[i] for i in live], "verify")
+            accepted, drafts, ks, ends = ([xs[i] for i in live] for xs in (accepted, drafts, ks, ends))
+        self.engine.complete_verify(batch, accepted, on_device[1])
         for req, end, n, draft, k in zip(batch.reqs, ends, accepted, drafts, ks):
             self.cache.free_rejected(req, end)
             if k:
@@ -114,10 +141,15 @@ class Speculation:
         stats.verify_steps += 1
         stats.proposed += sum(len(d) for d in drafts)
         stats.accepted += sum(accepted)
-        return gained
+        return runs
 
     def release(self, req: Req) -> None:
-        """The request gave its row back (finished, aborted or retracted): the proposer forgets what it keeps."""
+        """The request gave its row back (finished, aborted or retracted): the proposer forgets what it keeps. If a
+        verify step of it is still in flight, the pages past its cached positions (its drafts') go back too: settle
+        will leave it alone."""
+        end = self.in_flight.pop(req.uid, None)
+        if end is not None:
+            self.cache.free_rejected(req, end)
         self.proposer.release(req)
 
     # What every Stage 5 feature of the scheduler offers it (see Scheduler.features).
@@ -125,6 +157,7 @@ class Speculation:
         pass  # all it keeps for a request is tied to its row: released with it (release)
 
     def clear(self) -> None:
+        self.in_flight.clear()
         self.proposer.reset()
 
     def status(self) -> dict[str, int]:

@@ -95,16 +95,18 @@ def target_probs(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torc
     return flat.softmax(dim=-1).view(rows, positions, vocab)
 
 
-def decide_rows(logits: torch.Tensor, sampled: torch.Tensor, batch: Batch, drafts: list[list[int]],
+def decide_rows(logits: torch.Tensor, sampled: torch.Tensor | None, batch: Batch, drafts: list[list[int]],
                 draft_probs: list[torch.Tensor | None], generator: torch.Generator) -> torch.Tensor:
     """Every row's accepted drafts and next token, [2, rows] int64 on the device, from a verify pass's logits [tokens,
-    vocab] and the ordinary sampler's token of each row [rows] (a row without drafts keeps it). Nothing is read back
-    from the device: the host sends, in one copy, what it knows (where each row's positions are, its drafts)."""
+    vocab] and the ordinary sampler's token of each row [rows] (a row without drafts keeps it; None when every row has
+    drafts). Nothing is read back from the device: the host sends, in one copy, what it knows (where each row's
+    positions are, its drafts)."""
     lens = [len(d) for d in drafts]
     spec = [i for i, n in enumerate(lens) if n]  # the rows with drafts
     k = max(lens)
     # Per row with drafts: its positions start .. start + k among the batch's tokens (a shorter row repeats its last
-    # one: masked by its length), its drafts padded with -1; then the draft counts, then the rows' places.
+    # one: masked by its length), its drafts padded with -1; then the draft counts, then the rows' places. Plain
+    # lists: at a few rows of k + 1 positions they build faster than numpy arrays would.
     ends = list(accumulate(n + 1 for n in lens))
     flat = [ends[i] - lens[i] - 1 + min(j, lens[i]) for i in spec for j in range(k + 1)]
     for i in spec:
@@ -115,25 +117,29 @@ def decide_rows(logits: torch.Tensor, sampled: torch.Tensor, batch: Batch, draft
     index, padded, row_lens, rows = sent.split([s * (k + 1), s * k, s, s])
     index, padded = index.view(s, k + 1), padded.view(s, k)
     greedy = [batch.reqs[i].sampling_params.is_greedy for i in spec]
+    # The target's own token at every position: one argmax over the batch's tokens (fewer rows than index has),
+    # instead of gathering [rows, k + 1, vocab] logits first.
+    top = logits.argmax(dim=-1) if any(greedy) else None
     if all(greedy) and s == len(drafts):  # the usual step: no row keeps the sampler's token
-        target = logits[index].argmax(dim=-1)  # [rows, k + 1]
+        target = top[index]  # [rows, k + 1]
         n = accept_greedy(padded, target, row_lens)
         return torch.stack([n, target.gather(1, n[:, None])[:, 0]])
     counts = torch.zeros(len(drafts), dtype=torch.int64, device=logits.device)
-    next_tokens = sampled.to(torch.int64)
+    next_tokens = (sampled.to(torch.int64) if sampled is not None
+                   else torch.zeros(len(drafts), dtype=torch.int64, device=logits.device))  # every row overwritten
     greedy = np.array(greedy)
     for group in (np.flatnonzero(greedy), np.flatnonzero(~greedy)):  # places in spec
         if not len(group):
             continue
         sel = slice(None) if len(group) == s else torch.from_numpy(group).to(logits.device, non_blocking=True)
-        row_logits, row_drafts, n_drafts = logits[index[sel]], padded[sel], row_lens[sel]  # [G, k + 1, vocab]
+        row_drafts, n_drafts = padded[sel], row_lens[sel]
         if greedy[group[0]]:
-            target = row_logits.argmax(dim=-1)
+            target = top[index[sel]]
             n = accept_greedy(row_drafts, target, n_drafts)
             nxt = target.gather(1, n[:, None])[:, 0]
         else:
             members = [spec[j] for j in group]
-            p = target_probs(row_logits, [batch.reqs[i].sampling_params for i in members])
+            p = target_probs(logits[index[sel]], [batch.reqs[i].sampling_params for i in members])
             q = draft_q([draft_probs[i] for i in members], row_drafts, p.shape[-1])
             n, nxt = accept_rejection(row_drafts, n_drafts, p, q, generator)
         counts[rows[sel]] = n
@@ -142,20 +148,16 @@ def decide_rows(logits: torch.Tensor, sampled: torch.Tensor, batch: Batch, draft
 
 
 def verify_batch(engine: Engine, batch: Batch, drafts: list[list[int]],
-                 draft_probs: list[torch.Tensor | None]) -> tuple[torch.Tensor, list[int]]:
-    """Run a prepared verify batch on the target and decide every row: (the tokens each row gains, [rows, k + 1] on
-    the host, -1 past a row's own, and how many of its drafts were accepted). Rows without drafts gain the token the
-    ordinary sampler picked for them. The host waits for the device once, for the counts and the tokens together.
-    The requests' state is brought up to date (Engine.complete_verify); their rejected pages are not freed here."""
-    logits, sampled = engine.forward_verify(batch)  # [tokens of the batch, vocab], [rows]
+                 draft_probs: list[torch.Tensor | None]) -> torch.Tensor:
+    """Run a prepared verify batch on the target and queue the decision of every row: [2, rows] int64 on the device,
+    each row's accepted drafts and the token after them (a row without drafts: the one the ordinary sampler picked).
+    Nothing is read back and no request changes here: the host reads the decisions when it next needs them (the
+    step's one wait), and only then are the requests moved on (Speculation.settle)."""
     if not any(drafts):
         raise ValueError("a verify batch needs a row with drafts")
-    decided = decide_rows(logits, sampled, batch, drafts, draft_probs, engine.sampler.generator)
-    accepted, tokens = decided.tolist()  # the step's one wait for the device
-    engine.complete_verify(batch, accepted, decided[1])
-    width = max(map(len, drafts)) + 1
-    gained = [d[:n] + [t] + [-1] * (width - n - 1) for d, n, t in zip(drafts, accepted, tokens)]
-    return torch.tensor(gained, dtype=torch.int64), accepted
+    # [tokens of the batch, vocab], [rows]; the sampler runs only if some row has no drafts (its token is the sampler's)
+    logits, sampled = engine.forward_verify(batch, sample=not all(drafts))
+    return decide_rows(logits, sampled, batch, drafts, draft_probs, engine.sampler.generator)
 
 
 def draft_q(probs: list[torch.Tensor | None], drafts: torch.Tensor, vocab: int) -> torch.Tensor:
