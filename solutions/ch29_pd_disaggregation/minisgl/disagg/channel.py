@@ -6,7 +6,8 @@ parts, no protocol of our own.
 - Control: the prefill side posts transfer k's description (its room, its length, its first token) under key
   `xfer/k` in the store; the decode side reads them in order and counts what it received under `received`.
 - Data: the KV of transfer k is one tensor, sent with `send` and received with `recv`. Both sides take the
-  transfers in the same order k = 0, 1, 2, ...: NCCL matches sends to receives by order alone.
+  transfers in the same order k = 0, 1, 2, ...: NCCL matches sends to receives by order alone. `received` counts
+  the transfers the decode side has taken, KV in place or announced as aborted: transfers 0 .. received-1 are done.
 - Liveness: the decode side bumps `decode_beat` as its loop turns; a prefill side that sees it stand still for
   `peer_timeout_s` while it holds pages for transfers takes the decode engine for dead.
 """
@@ -55,7 +56,7 @@ class KVChannel:
         return json.loads(self.store.get(key)) if self.store.check([key]) else None
 
     def confirm(self) -> None:
-        """One more transfer received and in place (decode side)."""
+        """One more transfer taken: its KV in place (or dropped), or its abort heard (decode side)."""
         self.store.add("received", 1)
 
     def received(self) -> int:

@@ -62,6 +62,7 @@ class DecodeScheduler(Scheduler):
             room = meta["room"]
             if "aborted" in meta:  # nothing follows on the channel for it
                 self._end_waiting(room)
+                self.channel.confirm()  # transfer k is taken: the count stays the number of the next one
             elif room in self.dropped:  # aborted here: take the KV off the channel and drop it
                 self.channel.recv(kv_shape(self.engine.kv_cache, meta["len"]), self.engine.kv_cache.k_cache(0).dtype)
                 self.dropped.discard(room)
