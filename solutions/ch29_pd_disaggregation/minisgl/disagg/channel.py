@@ -50,10 +50,17 @@ class KVChannel:
         """Describe transfer k (prefill side)."""
         self.store.set(f"xfer/{k}", json.dumps(meta))
 
-    def meta(self, k: int) -> dict | None:
-        """Transfer k's description if the prefill side posted it, else None (decode side; never waits)."""
+    def meta(self, k: int, wait_s: float = 0.0) -> dict | None:
+        """Transfer k's description if the prefill side has posted it (looking again once after wait_s), else None
+        (decode side). (The store's own wait logs a warning at every timeout: a loop that polls would flood.)"""
         key = f"xfer/{k}"
-        return json.loads(self.store.get(key)) if self.store.check([key]) else None
+        if not self.store.check([key]):
+            if wait_s <= 0:
+                return None
+            time.sleep(wait_s)
+            if not self.store.check([key]):
+                return None
+        return json.loads(self.store.get(key))
 
     def confirm(self) -> None:
         """One more transfer taken: its KV in place (or dropped), or its abort heard (decode side)."""

@@ -21,6 +21,8 @@ from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
 
+WAIT_S = 0.02  # how long an otherwise idle decode side waits for the next transfer's description in one call
+
 
 class DecodeScheduler(Scheduler):
     def __init__(self, engine: Engine, config: SchedulerConfig | None, channel: KVChannel) -> None:
@@ -58,7 +60,10 @@ class DecodeScheduler(Scheduler):
     def receive(self) -> None:
         """Take every transfer the prefill side has posted, in order, while its request is here and fits."""
         self.channel.beat()
-        while (meta := self.channel.meta(self.next_k)) is not None:
+        # With nothing to decode, wait a little for the next transfer rather than spin (a server loop turns here)
+        wait_s = WAIT_S if self.waiting and not self.decode_manager.running else 0.0
+        while (meta := self.channel.meta(self.next_k, wait_s)) is not None:
+            wait_s = 0.0
             room = meta["room"]
             if "aborted" in meta:  # nothing follows on the channel for it
                 self._end_waiting(room)
