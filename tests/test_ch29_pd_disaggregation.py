@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from disagg_worker import pair
-from helpers import hf_greedy, model_path, prompt_ids
+import httpx
+
+from helpers import CHAT, ROOT, TEXTS, health_until, hf_greedy, hold, model_path, prompt_ids, tokenizer
 
 NAME = "tiny-qwen3"
 ENGINE = dict(max_running_reqs=8, max_seq_len=128, page_size=4, num_pages=64)
@@ -355,6 +357,107 @@ def test_bad_input_is_refused_and_changes_nothing():
     assert list(sched.waiting) == [5] and sched.rooms == {2: 5}, "a refused request changed what waits"
     assert sched.abort_request(2) and not sched.waiting
     sched.check_integrity()
+
+
+# --- two servers behind sglang-router in prefill/decode mode -----------------------------------------------------
+
+ROUTER_PYTHON = ROOT / "build" / "sglang-router" / "bin" / "python"
+needs_router = pytest.mark.skipif(not ROUTER_PYTHON.exists(), reason="sglang-router is not installed: `make router` "
+                                  "puts it in build/sglang-router (a wheel from PyPI, ~150 MB)")
+
+
+@pytest.fixture(scope="module")
+def pd():
+    """A prefill server, a decode server and the real router in front of them (chapter 29's launcher)."""
+    if not ROUTER_PYTHON.exists():
+        pytest.skip("sglang-router is not installed: `make router` puts it in build/sglang-router")
+    from minisgl.router.pd import PrefillDecode
+
+    router = [str(ROUTER_PYTHON), "-m", "sglang_router.launch_router"]
+    flags = ["--device", "cpu", "--max-seq-len", "128", "--cpu-kv-cache-mb", "8"]
+    with PrefillDecode(str(model_path(NAME)), router, flags, port=0, echo=False) as launched:
+        yield launched
+
+
+@needs_router
+@pytest.mark.stubs(*ALL)
+def test_answers_through_the_router_equal_hf_greedy(pd):
+    """sglang-router sends each request to both servers with bootstrap_host, bootstrap_port and bootstrap_room, and
+    answers with the decode server's reply: chat, completions and a stream, token for token as HF greedy."""
+    from openai import OpenAI
+
+    tok = tokenizer(NAME)
+    client = OpenAI(base_url=pd.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    messages = [{"role": "user", "content": CHAT[0]}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    want = tok.decode(hf_greedy(NAME, list(ids), 10, stop_at_eos=True), skip_special_tokens=True)
+    got = client.chat.completions.create(model=NAME, messages=messages, max_tokens=10, temperature=0)
+    assert got.choices[0].message.content == want, f"chat: {got.choices[0].message.content!r} vs HF {want!r}"
+    for i, text in enumerate(TEXTS[:3]):
+        want_ids = hf_greedy(NAME, tok.encode(text), 8)
+        want = tok.decode(want_ids, skip_special_tokens=True)
+        r = client.completions.create(model=NAME, prompt=text, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+        assert r.choices[0].text == want, f"prompt {i}: {r.choices[0].text!r} vs HF {want!r}"
+        assert r.usage.completion_tokens == 8, f"prompt {i}: usage {r.usage}"
+    stream = client.completions.create(model=NAME, prompt=TEXTS[3], max_tokens=8, temperature=0, stream=True,
+                                       extra_body={"ignore_eos": True})
+    text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+    want = tok.decode(hf_greedy(NAME, tok.encode(TEXTS[3]), 8), skip_special_tokens=True)
+    assert text == want, f"stream: {text!r} vs HF {want!r}"
+    for server, key in ((pd.prefill, "transfers_parked"), (pd.decode, "transfers_waiting")):
+        status = health_until(server.url, lambda s: s.get(key) == 0 and s.get("integrity_checked") == 1,
+                              f"{key} back to 0 and the integrity checked")
+        assert status["available_slots"] == status["total_slots"], f"{server.url}: {status}"
+
+
+@needs_router
+def test_bad_input_to_a_pd_server_gets_an_openai_error(pd):
+    cases = [
+        (pd.decode, {}, "bootstrap_room"),  # straight to a server, not through the router: no room
+        (pd.prefill, {}, "bootstrap_room"),
+        (pd.decode, {"bootstrap_room": -1}, "bootstrap_room"),
+        (pd.decode, {"bootstrap_room": 5, "n": 2}, "n > 1"),
+        (pd.decode, {"bootstrap_room": 6, "logprobs": 1}, "logprobs"),
+    ]
+    for server, extra, words in cases:
+        body = {"model": NAME, "prompt": TEXTS[0], "max_tokens": 4} | extra
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 400, f"{extra} to {server.url}: {r.status_code} {r.text}"
+        error = r.json()["error"]
+        assert words in error["message"] and error["type"] == "invalid_request_error", f"{extra}: {error}"
+    status = health_until(pd.decode.url, lambda s: s.get("integrity_checked") == 1, "the decode side idle")
+    assert status["transfers_waiting"] == 0 and status["available_slots"] == status["total_slots"], status
+
+
+@needs_router
+@pytest.mark.stubs(*ALL)
+def test_a_decode_server_that_dies_is_noticed_by_the_prefill_server(pd):
+    """The decode server is paused, a request's KV is parked on the prefill server, then the decode server stops:
+    the prefill server notices that its peer's beat stood still and frees the parked pages. (Last in the module: it
+    takes the decode server away.)"""
+    import threading
+
+    hold(pd.decode.url, 0)
+    answer: dict = {}
+
+    def ask() -> None:
+        try:
+            answer["r"] = httpx.post(pd.url + "/v1/completions", json={"model": NAME, "prompt": TEXTS[1],
+                                                                      "max_tokens": 8, "temperature": 0}, timeout=120)
+        except httpx.HTTPError as e:
+            answer["r"] = e
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    health_until(pd.prefill.url, lambda s: s.get("transfers_parked") == 1, "the prefill server parks the KV")
+    pd.decode.stop()
+    status = health_until(pd.prefill.url, lambda s: s.get("transfers_parked") == 0 and s.get("decode_alive") == 0,
+                          "the prefill server lets go of the parked KV of a dead decode server", timeout=90)
+    status = health_until(pd.prefill.url, lambda s: s.get("integrity_checked") == 1, "the prefill server idle")
+    assert status["available_slots"] == status["total_slots"], f"prefill server after its peer died: {status}"
+    asking.join(150)
+    r = answer.get("r")
+    assert not isinstance(r, httpx.Response) or r.status_code != 200, f"an answer from a dead decode server: {r}"
 
 
 @pytest.mark.gpu

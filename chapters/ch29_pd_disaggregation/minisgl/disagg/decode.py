@@ -21,6 +21,15 @@ from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq
 
+def check_disaggregated(pending: PendingReq) -> None:
+    """ValueError for what a prefill/decode pair cannot serve: the first token's log-probabilities and a grammar's
+    state live on the prefill side, and this course does not carry them over."""
+    params = pending.sampling_params
+    if params.logprobs or params.grammar is not None:
+        raise ValueError("logprobs and grammars are not supported with disaggregation (the first token is sampled "
+                         "on the prefill side)")
+
+
 WAIT_S = 0.02  # how long an otherwise idle decode side waits for the next transfer's description in one call
 
 
@@ -36,16 +45,18 @@ class DecodeScheduler(Scheduler):
 
     def check_request(self, pending: PendingReq) -> None:
         super().check_request(pending)
-        params = pending.sampling_params
-        if params.logprobs or params.grammar is not None:
-            raise ValueError("logprobs and grammars are not supported with disaggregation (the first token is "
-                             "sampled on the prefill side)")
+        check_disaggregated(pending)
 
     def add_request(self, pending: PendingReq, room: int) -> None:
-        """Queue a request whose prefill runs on the prefill engine under bootstrap room `room`."""
-        self.check_request(pending)
+        """Queue a request whose prefill runs on the prefill engine under bootstrap room `room`. A request refused
+        here may still have been accepted there: its KV, if it comes, is dropped (the channel must not stall on it)."""
         if room in self.waiting:
             raise ValueError(f"bootstrap room {room} is already waiting for its KV")
+        try:
+            self.check_request(pending)
+        except ValueError:
+            self.dropped.add(room)
+            raise
         self.waiting[room] = pending
         self.rooms[pending.uid] = room
 

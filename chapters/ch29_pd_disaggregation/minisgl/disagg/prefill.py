@@ -17,6 +17,7 @@ import torch
 
 from minisgl.core import Req
 from minisgl.disagg.channel import KVChannel
+from minisgl.disagg.decode import check_disaggregated
 from minisgl.disagg.kv import pack_kv
 from minisgl.engine.engine import Engine
 from minisgl.scheduler.config import SchedulerConfig
@@ -47,8 +48,14 @@ class PrefillScheduler(Scheduler):
 
     def add_request(self, pending: PendingReq, room: int) -> None:
         """Queue a request for its prefill alone: one token (its first), then its KV goes to the decode side."""
-        params = replace(pending.sampling_params, max_tokens=1, min_tokens=min(pending.sampling_params.min_tokens, 1))
-        super().add_request(replace(pending, sampling_params=params))
+        try:
+            check_disaggregated(pending)
+            params = replace(pending.sampling_params, max_tokens=1,
+                             min_tokens=min(pending.sampling_params.min_tokens, 1))
+            super().add_request(replace(pending, sampling_params=params))
+        except ValueError:
+            self._post({"room": room, "aborted": "refused by the prefill side"})  # the decode side stops waiting
+            raise
         self.rooms[pending.uid] = room
 
     def schedule_next_batch(self):

@@ -147,8 +147,6 @@ class SchedulerIO:
         if msg.bootstrap_room is None:
             raise ValueError(f"a {mode} server needs each request's bootstrap_room (send it through sglang-router "
                              f"--pd-disaggregation)")
-        if msg.sampling_params.n != 1:
-            raise ValueError("n > 1 is not supported with disaggregation: one bootstrap room names one request")
         self.scheduler.add_request(pending, msg.bootstrap_room)
 
     def send_results(self) -> None:

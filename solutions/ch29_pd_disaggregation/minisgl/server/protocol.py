@@ -219,6 +219,8 @@ def to_tokenize_msg(uid: int, req: CompletionRequest | ChatCompletionRequest) ->
     room = req.bootstrap_room
     if room is not None and not 0 <= room < 2**63:
         raise APIError(400, f"bootstrap_room must be in [0, 2**63), got {room}", param="bootstrap_room")
+    if room is not None and req.n != 1:  # n choices would be n requests under one room: one KV transfer names one
+        raise APIError(400, "n > 1 is not supported with disaggregation (bootstrap_room names one request)", param="n")
     return TokenizeMsg(uid, prompt, params, stop, list(req.stop_token_ids or []), auto_max_tokens=max_tokens is None,
                        bootstrap_room=room)
 
