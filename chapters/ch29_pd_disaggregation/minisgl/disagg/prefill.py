@@ -7,7 +7,7 @@ request) until the decode side confirms that the KV is in place, then they are f
 they must stay put until the transfer is done; send/recv sends a packed copy, but holding the pages the same way
 keeps the KV in flight bounded by this engine's pool. A request aborted here before its prefill ends is announced to
 the decode side (nothing follows for it on the channel). A decode side that stops beating frees every parked
-request at once."""
+request at once, and later requests are announced as aborted instead of sent."""
 
 from __future__ import annotations
 
@@ -108,15 +108,19 @@ class PrefillScheduler(Scheduler):
         return k
 
     def _send(self, req: Req, room: int) -> None:
+        if not self.peer_alive:  # nobody to send to: announce it, and let go of the pages at once
+            self._post({"room": room, "aborted": "the decode side stopped answering"})
+            Scheduler._free(self, req)
+            return
         n = req.prompt_len
         slots = self.cache_manager.host_table[req.table_idx, :n].to(self.engine.device)
         kv = pack_kv(self.engine.kv_cache, slots)
         k = self._post({"room": room, "len": n, "token": int(req.input_ids[n])})
         try:
-            work = self.channel.send(kv) if self.peer_alive else None
+            work = self.channel.send(kv)
         except RuntimeError:  # the decode side is gone (its connection closed)
             self.peer_alive, work = False, None
-        self.parked[k] = Parked(req, work, kv)
+        self.parked[k] = Parked(req, work, kv)  # it keeps its row and pages until transfer k is confirmed
 
     def abort_all(self) -> None:
         """Scheduler.abort_all, and the decode side told of every request whose KV will never come."""
