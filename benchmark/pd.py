@@ -3,7 +3,8 @@
     python -m benchmark.pd --model models/smollm2 --runs 3 --out build/bench-pd/results.json
 
 A mixed load: long prompts and short ones alternating, each answered with --max-tokens tokens (greedy, EOS ignored),
-arriving as a Poisson process at --rate requests per second, sent as chats and streamed (chapter 22's client). Each
+arriving as a Poisson process at --rate requests per second, sent as chats (or text completions) and streamed
+(chapter 22's client). Each
 run starts fresh servers for both setups, in alternating order (run 0: one server first, run 1: the pair first, ...):
 
 - one: one server, all the CPU threads ($MINISGL_CPU_THREADS, default every core), the client talks to it directly;
@@ -39,8 +40,8 @@ def mixed_workload(num: int, long_words: int, short_words: int, max_tokens: int,
                         max_tokens) for i in range(num)]
 
 
-def measure(url: str, model: str, specs: list[RequestSpec], offsets: list[float]) -> dict:
-    records = asyncio.run(Client(url, "chat", model).run(specs, offsets, "pd", quiet=True))
+def measure(url: str, model: str, specs: list[RequestSpec], offsets: list[float], api: str) -> dict:
+    records = asyncio.run(Client(url, api, model).run(specs, offsets, "pd", quiet=True))
     failed = [r["error"] for r in records if r["error"] is not None]
     if failed:
         raise RuntimeError(f"{len(failed)} requests failed, the first: {failed[0]}")
@@ -56,15 +57,15 @@ def measure(url: str, model: str, specs: list[RequestSpec], offsets: list[float]
             "output_tokens": sum(r["output_tokens"] for r in records)}
 
 
-def run_one(setup: str, model: str, flags: list[str], router: list[str], specs, offsets) -> dict:
+def run_one(setup: str, model: str, flags: list[str], router: list[str], specs, offsets, api: str) -> dict:
     from minisgl.router.pd import PrefillDecode
     from minisgl.server.local import LocalServer
 
     if setup == "one":
         with LocalServer(model, *flags, echo=False) as server:
-            return measure(server.url, Path(model).name, specs, offsets)
+            return measure(server.url, Path(model).name, specs, offsets, api)
     with PrefillDecode(model, router, flags, port=0, echo=False) as pd:
-        return measure(pd.url, Path(model).name, specs, offsets)
+        return measure(pd.url, Path(model).name, specs, offsets, api)
 
 
 def spread(values: list[float]) -> str:
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--rate", type=float, default=1.0, help="requests per second (Poisson arrivals)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--api", choices=("chat", "completions"), default="chat",
+                   help="chat (the prompt a user message) or completions (the prompt as text: a model without a "
+                        "chat template, such as the GPU benchmark's random one)")
     p.add_argument("--server-args", default=SERVER_FLAGS, help="flags for every server")
     p.add_argument("--router", default=ROUTER_COMMAND)
     p.add_argument("--out", type=Path, default=Path("build/bench-pd/results.json"))
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {}
         for setup in order:
             t0 = time.monotonic()
-            result[setup] = run_one(setup, a.model, flags, router, specs, offsets)
+            result[setup] = run_one(setup, a.model, flags, router, specs, offsets, a.api)
             m = result[setup]
             print(f"run {run} {setup:3}: TTFT p50 {m['ttft_p50_s'] * 1000:.0f} ms p90 {m['ttft_p90_s'] * 1000:.0f} ms, "
                   f"TPOT p50 {m['tpot_p50_s'] * 1000:.0f} ms p90 {m['tpot_p90_s'] * 1000:.0f} ms, short-prompt TPOT "

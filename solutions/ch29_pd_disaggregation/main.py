@@ -68,7 +68,7 @@ if __name__ == "__main__":
     per_token = 2 * kv.num_layers * kv.num_kv_heads * kv.head_dim * 4  # bytes, float32
     one = LLM(path, **{k: v for k, v in ENGINE.items() if k != "device"}, overlap=False)
     want = one.generate([list(p) for p in prompts], SamplingParams(max_tokens=MAX_TOKENS))
-    print(f"prefill engine (pid {child.pid}) -> decode engine (pid {mp.current_process().pid}) over gloo; "
+    print(f"prefill engine (a child process) -> decode engine (this process) over gloo; "
           f"{kv.num_layers} layers x {kv.num_kv_heads} KV heads x {kv.head_dim}: {per_token:,} bytes of KV per token\n")
     for uid, q in enumerate(QUESTIONS):
         req = answers[uid]
