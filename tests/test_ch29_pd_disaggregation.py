@@ -8,6 +8,7 @@ state it checks, nothing waits on timing except the one test that waits for a de
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -376,7 +377,37 @@ def pd():
     router = [str(ROUTER_PYTHON), "-m", "sglang_router.launch_router"]
     flags = ["--device", "cpu", "--max-seq-len", "128", "--cpu-kv-cache-mb", "8"]
     with PrefillDecode(str(model_path(NAME)), router, flags, port=0, echo=False) as launched:
-        yield launched
+        yield launched  # the bad-input test runs first: the others may leave a server dead (a stub raised there)
+
+
+@needs_router
+def test_bad_input_to_a_pd_server_gets_an_openai_error(pd):
+    cases = [
+        (pd.decode, {}, "bootstrap_room"),  # straight to a server, not through the router: no room
+        (pd.prefill, {}, "bootstrap_room"),
+        (pd.decode, {"bootstrap_room": -1}, "bootstrap_room"),
+        (pd.decode, {"bootstrap_room": 5, "n": 2}, "n > 1"),
+        (pd.decode, {"bootstrap_room": 6, "logprobs": 1}, "logprobs"),
+    ]
+    for server, extra, words in cases:
+        body = {"model": NAME, "prompt": TEXTS[0], "max_tokens": 4} | extra
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 400, f"{extra} to {server.url}: {r.status_code} {r.text}"
+        error = r.json()["error"]
+        assert words in error["message"] and error["type"] == "invalid_request_error", f"{extra}: {error}"
+    status = health_until(pd.decode.url, lambda s: s.get("integrity_checked") == 1, "the decode side idle")
+    assert status["transfers_waiting"] == 0 and status["available_slots"] == status["total_slots"], status
+
+
+@contextmanager
+def servers_explained(pd):
+    """A failure inside comes out with both servers' last lines: a stub that raised in a worker names itself there
+    (the router's own error only says that a server did not answer)."""
+    try:
+        yield
+    except Exception as e:
+        raise AssertionError(f"{type(e).__name__}: {e}\n-- prefill server --\n{pd.prefill.tail()}\n"
+                             f"-- decode server --\n{pd.decode.tail()}") from e
 
 
 @needs_router
@@ -384,6 +415,11 @@ def pd():
 def test_answers_through_the_router_equal_hf_greedy(pd):
     """sglang-router sends each request to both servers with bootstrap_host, bootstrap_port and bootstrap_room, and
     answers with the decode server's reply: chat, completions and a stream, token for token as HF greedy."""
+    with servers_explained(pd):
+        check_answers(pd)
+
+
+def check_answers(pd) -> None:
     from openai import OpenAI
 
     tok = tokenizer(NAME)
@@ -411,30 +447,16 @@ def test_answers_through_the_router_equal_hf_greedy(pd):
 
 
 @needs_router
-def test_bad_input_to_a_pd_server_gets_an_openai_error(pd):
-    cases = [
-        (pd.decode, {}, "bootstrap_room"),  # straight to a server, not through the router: no room
-        (pd.prefill, {}, "bootstrap_room"),
-        (pd.decode, {"bootstrap_room": -1}, "bootstrap_room"),
-        (pd.decode, {"bootstrap_room": 5, "n": 2}, "n > 1"),
-        (pd.decode, {"bootstrap_room": 6, "logprobs": 1}, "logprobs"),
-    ]
-    for server, extra, words in cases:
-        body = {"model": NAME, "prompt": TEXTS[0], "max_tokens": 4} | extra
-        r = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
-        assert r.status_code == 400, f"{extra} to {server.url}: {r.status_code} {r.text}"
-        error = r.json()["error"]
-        assert words in error["message"] and error["type"] == "invalid_request_error", f"{extra}: {error}"
-    status = health_until(pd.decode.url, lambda s: s.get("integrity_checked") == 1, "the decode side idle")
-    assert status["transfers_waiting"] == 0 and status["available_slots"] == status["total_slots"], status
-
-
-@needs_router
 @pytest.mark.stubs(*ALL)
 def test_a_decode_server_that_dies_is_noticed_by_the_prefill_server(pd):
     """The decode server is paused, a request's KV is parked on the prefill server, then the decode server stops:
     the prefill server notices that its peer's beat stood still and frees the parked pages. (Last in the module: it
     takes the decode server away.)"""
+    with servers_explained(pd):
+        check_dead_decode(pd)
+
+
+def check_dead_decode(pd) -> None:
     import threading
 
     hold(pd.decode.url, 0)
