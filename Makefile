@@ -9,6 +9,7 @@ ARGS    ?=
 TP      ?=
 PORT    ?= 8000
 DP      ?=
+PD      ?=
 POLICY  ?= cache_aware
 ROUTER  := build/sglang-router/bin/python
 # Install stamps name the Python too: a new .venv gets its own packages.
@@ -23,7 +24,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -67,9 +68,10 @@ trace: deps need-ch  ## record chapter CH's example step by step on your tree (M
 traces: deps models  ## (maintainers) record the reference traces the book's trace player plays (docs/assets/traces)
 	$(PY) -m tools.trace book
 
-serve: deps $(if $(DP),$(ROUTER))  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags; DP=N: N servers behind sglang-router, POLICY=)
+serve: deps $(if $(or $(DP),$(PD)),$(ROUTER))  ## the OpenAI-compatible server and chat page on http://127.0.0.1:8000 (PORT=, MODEL=; CH=N>=15 / SOL=1 / MINE=1 as for run; ARGS: more flags; DP=N: N servers behind sglang-router, POLICY=; PD=1: a prefill and a decode server behind it)
 	$(COURSE) serve $(if $(CH),--ch $(CH)) $(if $(SOL),--sol) $(if $(MINE),--mine) \
 		$(if $(DP),--dp $(DP) --policy $(POLICY) --router "$(ROUTER) -m sglang_router.launch_router") \
+		$(if $(PD),--pd --router "$(ROUTER) -m sglang_router.launch_router") \
 		--host 127.0.0.1 --port $(PORT) $(ARGS)
 
 # Chapter 27: sglang-router (Rust, a wheel from PyPI) in a virtual environment of its own, its version pinned in
@@ -218,6 +220,16 @@ bench-dp: deps $(ROUTER)  ## chapter 27's measurement: cache hit rate and throug
 	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.dp \
 		--out $(BENCH_DP_DIR)/results.json --md $(BENCH_DP_DIR)/table.md $(BENCH_DP_ARGS)
+
+# Chapter 29's measurement: a prefill server and a decode server behind sglang-router against one server, a mixed
+# long/short-prompt load, fresh servers each run, alternating order (BENCH_PD_ARGS: python -m benchmark.pd --help).
+BENCH_PD_DIR  ?= build/bench-pd
+BENCH_PD_ARGS ?=
+
+bench-pd: deps $(ROUTER)  ## chapter 29's measurement: TTFT and TPOT, prefill/decode disaggregation vs one server
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.pd \
+		--out $(BENCH_PD_DIR)/results.json --md $(BENCH_PD_DIR)/table.md $(BENCH_PD_ARGS)
 
 # Chapter 22's CPU benchmark: our engine (the final tree) against vLLM's CPU build on SmolLM2-135M, float32 and (where
 # the CPU multiplies bf16 in hardware) bfloat16; batch 1, batch 8 and a throughput workload, the same requests,

@@ -477,12 +477,15 @@ def cmd_lab(n: int, sol: bool, mine: bool, args: list[str] | None = None) -> int
 # ----------------------------------------------------------------------------- serve
 SERVER_CHAPTER = 15  # the first chapter whose tree has `python -m minisgl.server`
 DP_CHAPTER = 27  # the first chapter whose tree has `python -m minisgl.router` (N servers behind sglang-router)
+PD_CHAPTER = 29  # the first chapter whose tree has `python -m minisgl.router.pd` (prefill and decode servers)
 
 
-def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = None, dp: int | None = None) -> int:
+def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = None, dp: int | None = None,
+              pd: bool = False) -> int:
     """The OpenAI-compatible server (and its chat page) on $MODEL, default the bundled SmolLM2, with chapter n's
     tree importable (no n: the final reference tree). This process becomes the server: Ctrl-C stops it and its
-    workers. With dp: chapter 27's launcher instead, dp servers behind sglang-router (args name the router)."""
+    workers. With dp: chapter 27's launcher instead, dp servers behind sglang-router (args name the router); with pd:
+    chapter 29's, a prefill server and a decode server behind sglang-router in prefill/decode mode."""
     from tools.models import model_path_from_env
 
     if n is not None and n < SERVER_CHAPTER:
@@ -491,6 +494,9 @@ def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = Non
     if dp is not None and n is not None and n < DP_CHAPTER:
         raise ValueError(f"chapter {n}'s tree has no data-parallel launcher: it arrives in chapter {DP_CHAPTER} "
                          f"(make serve DP={dp} CH={DP_CHAPTER} or later, or no CH)")
+    if pd and n is not None and n < PD_CHAPTER:
+        raise ValueError(f"chapter {n}'s tree has no prefill/decode servers: they arrive in chapter {PD_CHAPTER} "
+                         f"(make serve PD=1 CH={PD_CHAPTER} or later, or no CH)")
     check_model_env()
     tree = assemble(all_chapters()[-1].number if n is None else n,
                     "ref" if sol or n is None else ("mine" if mine else "learner"))
@@ -500,6 +506,8 @@ def cmd_serve(n: int | None, sol: bool, mine: bool, args: list[str] | None = Non
     cmd = [sys.executable, "-m", "minisgl.server", "--model", str(model), *(args or [])]
     if dp is not None:
         cmd = [sys.executable, "-m", "minisgl.router", "--dp", str(dp), "--model", str(model), *(args or [])]
+    if pd:
+        cmd = [sys.executable, "-m", "minisgl.router.pd", "--model", str(model), *(args or [])]
     os.chdir(ROOT)
     os.execve(sys.executable, cmd, env)
 
@@ -675,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--sol", action="store_true", help="the reference tree of chapter CH")
     serve.add_argument("--mine", action="store_true", help="your files of every chapter <= CH")
     serve.add_argument("--dp", type=int, default=None, help="chapter 27: this many servers behind sglang-router")
+    serve.add_argument("--pd", action="store_true", help="chapter 29: a prefill and a decode server behind sglang-router")
     a, rest = ap.parse_known_args(argv)
     if rest and a.cmd not in ("run", "example", "lab", "serve"):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -696,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "lab":
             return cmd_lab(a.ch, a.sol, a.mine, args=rest)
         if a.cmd == "serve":
-            return cmd_serve(a.ch, a.sol, a.mine, args=rest, dp=a.dp)
+            return cmd_serve(a.ch, a.sol, a.mine, args=rest, dp=a.dp, pd=a.pd)
         if a.cmd == "diff":
             return cmd_diff(a.ch)
         if a.cmd == "reset":

@@ -22,7 +22,7 @@ PACKAGE = "minisgl"
 LAYERS = [
     ("router",),  # chapter 27: N servers behind sglang-router, and the model of its policy, above the server
     ("server", "benchmark", "teaching"),
-    ("llm", "scheduler", "spec"),  # spec (chapter 26): proposers and verification, beside the scheduler
+    ("llm", "scheduler", "spec", "disagg"),  # spec (26): proposers and verification; disagg (29): prefill/decode schedulers
     ("engine",),
     ("attention", "models", "layers", "distributed"),
     ("moe",),  # chapter 20: routing and expert compute, used by layers/moe.py
