@@ -54,6 +54,7 @@ class HiRadixCache(RadixCache):
         self.root.ref_count = 1
         self.host_pool = host_pool
         self.write_policy = write_policy
+        self.host_evicted_tokens = 0  # tokens whose host copy the host LRU dropped
         # The controller's copy: give `node` (on the device) a host copy; False if the host pool has no room.
         self.backup: Callable[[HiNode], bool] = lambda node: False
 
@@ -223,6 +224,7 @@ class HiRadixCache(RadixCache):
             parent = node.parent
             total += len(node)
             self._remove(node)
+            self.host_evicted_tokens += len(node)
             if parent is not self.root and not parent.on_device and not parent.children and parent.ref_count == 0:
                 heapq.heappush(heap, parent)
         return total
@@ -252,7 +254,8 @@ class HiRadixCache(RadixCache):
         nodes = self._nodes()
         return {"device_only_tokens": sum(len(n) for n in nodes if n.on_device and not n.backed_up),
                 "host_only_tokens": sum(len(n) for n in nodes if not n.on_device),
-                "both_tiers_tokens": sum(len(n) for n in nodes if n.on_device and n.backed_up)}
+                "both_tiers_tokens": sum(len(n) for n in nodes if n.on_device and n.backed_up),
+                "host_evicted_tokens": self.host_evicted_tokens}
 
     def check_integrity(self) -> None:
         """RadixCache's checks over the device slots, the two tier rules, and the host pool: every host page free or
