@@ -8,6 +8,7 @@ after every step, while copies are in flight, under pressure and after an abort 
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ POLICIES = ("write_through", "write_back")
 
 # --- fixtures: prompts that share system prompts ----------------------------------------------------------------
 
+@lru_cache(maxsize=1)
 def system_prompts() -> list[list[int]]:
     tok = tokenizer(NAME)
     return [tok.encode(" ".join(TEXTS))[:40], tok.encode(" ".join(CHAT))[:40],
@@ -240,14 +242,21 @@ def test_the_host_pool_evicts_its_least_recently_used_host_only_leaves_and_never
 
 # --- whole runs ---------------------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=1)
+def radix_only() -> tuple[list[list[int]], list[int]]:
+    """The alternating sessions on the radix cache alone (no host tier): HF's answers, and what it found cached."""
+    outputs, hits = run_one_by_one(make_llm(None), alternating())
+    assert_hf(alternating(), outputs, "radix only")
+    return outputs, hits
+
+
 @pytest.mark.stubs(*ALL)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_answers_equal_hf_after_the_shared_prefix_went_to_the_host_and_back(policy):
     """Two sessions take turns on a device pool that holds one: the radix cache alone finds nothing, the host tier
     finds every prefix a cache with unlimited room would, loading it back before the prefill."""
     prompts = alternating()
-    outputs, hits = run_one_by_one(make_llm(None), prompts)
-    assert_hf(prompts, outputs, "radix only")
+    outputs, hits = radix_only()
     want = unlimited_radix_hits(prompts, outputs)
     assert sum(hits) < sum(want), f"the fixture must overflow the device pool: radix alone found {hits} of {want}"
     llm = make_llm(policy)
@@ -263,14 +272,14 @@ def test_answers_equal_hf_after_the_shared_prefix_went_to_the_host_and_back(poli
 @pytest.mark.stubs(*ALL)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_integrity_under_pressure_many_requests_in_random_order_overflowing_both_pools(policy):
-    """24 requests over three system prompts at once, in random order, overlap on, a host pool of SGLang's default size
+    """16 requests over three system prompts at once, in random order, overlap on, a host pool of SGLang's default size
     (twice the device pool), which overflows too (its LRU runs): HF's answers, and both tiers' pages and every lock
     exact after each step."""
     rng = random.Random(28)
     systems, tok = system_prompts(), tokenizer(NAME)
     words = " ".join(TEXTS + CHAT).split()
     prompts = [systems[rng.randrange(3)] + tok.encode(" ".join(rng.sample(words, 3)))[: rng.randint(2, 9)]
-               for _ in range(24)]
+               for _ in range(16)]
     llm = make_llm(policy, overlap=True, ratio=2.0)
     sched = llm.scheduler
     for uid, prompt in enumerate(prompts):
@@ -313,6 +322,27 @@ def test_an_abort_while_a_load_is_in_flight_frees_the_request_and_keeps_the_host
     outputs, hits = run_one_by_one(llm, [s1 + q[3]])
     assert_hf([s1 + q[3]], outputs, "after the abort")
     assert hits[0] >= 40, f"the next turn of the session finds its system prompt cached (got {hits[0]} tokens)"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*ALL)
+def test_a_node_being_written_to_the_host_keeps_its_device_pages_until_its_copy_is_done():
+    """Write-through launches the copy when a prompt is cached (after its prefill); on a GPU the copy reads the device
+    pages later, so until it is polled as done its node must not be evicted, even with nothing else running."""
+    s1, q = system_prompts()[0], questions()
+    llm = make_llm("write_through")
+    sched = llm.scheduler
+    sched.add_request(PendingReq(7, torch.tensor(s1 + q[0], dtype=torch.int32), SamplingParams(max_tokens=1)))
+    sched.step()  # its prefill, its one token, finished: the prompt's pages cached and the copy launched
+    writes = [op for op in sched.hicache.in_flight if op.to_host]
+    assert writes and all(op.node is not None for op in writes), "each write-through copy holds its node"
+    sched.check_integrity()
+    cache = sched.cache_manager
+    cache.free(cache.prefix_cache.evict(cache.prefix_cache.evictable_size))
+    assert all(op.node.on_device for op in writes), "a node lost its device pages while its copy was in flight"
+    sched.run_until_idle()
+    assert not sched.hicache.in_flight and sched.cache_manager.prefix_cache.protected_size == 0, \
+        "once idle every copy is done and its lock given back"
     assert_clean(llm)
 
 
