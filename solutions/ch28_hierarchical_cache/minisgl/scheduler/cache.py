@@ -140,14 +140,10 @@ class CacheManager:
         cached_len now stops after the kept drafts. It keeps the pages of positions [0, cached_len), whole, as every
         live request does; a page holding a kept position and rejected ones stays (its rejected slots are written
         over later)."""
-        # TODO(ch26): free the slots of req's host_table row from cached_len rounded up to a whole page up to end
-        # rounded up to a whole page (nothing when that range is empty).
-        # >>> solution
         ps = self.page_size
         first, last = div_ceil(req.cached_len, ps) * ps, div_ceil(end, ps) * ps
         if first < last:
             self.free(self.host_table[req.table_idx, first:last])
-        # <<< solution
 
     def free(self, slots: torch.Tensor) -> None:
         """Give back the pages of `slots`: a run of whole pages as a page-table row holds them, so the run starts

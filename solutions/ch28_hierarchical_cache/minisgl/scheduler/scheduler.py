@@ -239,15 +239,11 @@ class Scheduler:
         """Chapter 26: record the tokens a verify step gave a request, in order, as if each came from its own decode
         step. Why the request has finished, if it has: then the tokens after the one that finished it are dropped
         (a run of accepted drafts can go on past an EOS; the device state past it is freed with the request)."""
-        # TODO(ch26): _record each token in order; return its reason as soon as one finishes the request (the rest
-        # are never recorded); None if none does.
-        # >>> solution
         for token in tokens:
             reason = self._record(req, token, entries)
             if reason is not None:
                 return reason
         return None
-        # <<< solution
 
     def _finish(self, req: Req, reason: str) -> None:
         """The request ended: it leaves the running set, frees what it holds and waits in `finished`, with its finish
