@@ -98,9 +98,9 @@ class HiCacheManager:
         write reads was written there), and before whatever the scheduler's stream queues next (a prefill reads
         what a load writes; a write-back's device pages are reused)."""
         main, side = torch.cuda.current_stream(self.device), self.copy_stream
+        d_slots = device_slots.to(self.device, non_blocking=True)  # on main: the side stream's wait covers it
         side.wait_stream(main)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        d_slots = device_slots.to(self.device, non_blocking=True)
         with torch.cuda.stream(side):
             start.record()
             if op.to_host:
