@@ -240,6 +240,44 @@ def test_the_host_pool_evicts_its_least_recently_used_host_only_leaves_and_never
     t.check()
 
 
+@pytest.mark.stubs("HiCacheManager.load_back", "HostKVPool.copy_pages")
+def test_load_back_gives_the_host_part_new_device_pages_and_copies_its_kv_into_them():
+    """A tree built by hand (write-back: nothing is copied at insert): 4 tokens on the device, then 8 on the host only,
+    as a write-back eviction leaves them. Loading the host part back gives it device pages holding the host's KV."""
+    llm = make_llm("write_back")
+    sched = llm.scheduler
+    hicache, tree, cache, pool = sched.hicache, sched.hicache.tree, sched.cache_manager, llm.engine.kv_cache
+    ids = list(range(1, 13))
+    first = cache.allocate_slots(4)
+    head = tree.insert_prefix(ids[:4], first)[1].node
+    existed, whole = tree.insert_prefix(ids, torch.cat([first, cache.allocate_slots(8)]))
+    leaf = whole.node
+    assert existed == 4 and leaf.parent is head
+    host_slots = hicache.host_pool.alloc(8)
+    kv = torch.randn(hicache.host_pool.buffer[:, :, host_slots].shape)
+    hicache.host_pool.buffer[:, :, host_slots] = kv
+    cache.free(leaf.value)  # the leaf leaves the device, its KV on the host: what a write-back eviction does
+    tree._evictable -= len(leaf)
+    leaf.value, leaf.host_value = None, host_slots
+    tree.check_integrity()
+    device, host = CacheHandle(4, head), CacheHandle(12, leaf)
+    tree.lock_handle(host)  # admission locks the whole match first
+    handle, got = hicache.load_back(device, host)
+    assert handle.cached_len == 12 and got[:4].tolist() == head.value.tolist(), \
+        "the whole match comes back, its device part's slots first"
+    assert leaf.on_device and got[4:].tolist() == leaf.value.tolist(), "the host part got device pages of its own"
+    assert leaf.backed_up and leaf.host_value.tolist() == host_slots.tolist(), "the host copy stays"
+    for layer in range(pool.num_layers):
+        assert torch.equal(pool.k_cache(layer)[leaf.value.long()], kv[0, layer]), f"layer {layer}: keys loaded"
+        assert torch.equal(pool.v_cache(layer)[leaf.value.long()], kv[1, layer]), f"layer {layer}: values loaded"
+    assert leaf.ref_count == 2, f"the request's lock and the copy's own: {leaf.ref_count} locks"
+    assert hicache.stats["loaded_tokens"] == 8
+    hicache.flush()
+    tree.lock_handle(host, unlock=True)
+    assert tree.protected_size == 0 and tree.evictable_size == 12, "once the copy is done nothing stays locked"
+    tree.check_integrity()
+
+
 # --- whole runs ---------------------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
