@@ -24,7 +24,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd bench-hicache router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -230,6 +230,17 @@ bench-pd: deps $(ROUTER)  ## chapter 29's measurement: TTFT and TPOT, prefill/de
 	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.pd \
 		--out $(BENCH_PD_DIR)/results.json --md $(BENCH_PD_DIR)/table.md $(BENCH_PD_ARGS)
+
+# Chapter 28's measurement: multi-turn sessions whose working set is 4x the device KV pool, the radix cache alone
+# against the host tier (write-through, write-back): TTFT of later turns, throughput, cached fraction, copy bandwidth
+# against a plain copy. On a GPU: make bench-hicache BENCH_HICACHE_ARGS="--device cuda" (python -m benchmark.hicache -h).
+BENCH_HICACHE_DIR  ?= build/bench-hicache
+BENCH_HICACHE_ARGS ?=
+
+bench-hicache: deps  ## chapter 28's measurement: the host KV tier vs the radix cache alone (BENCH_HICACHE_ARGS="--device cuda" on a GPU)
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.hicache \
+		--out $(BENCH_HICACHE_DIR)/results.json --md $(BENCH_HICACHE_DIR)/table.md $(BENCH_HICACHE_ARGS)
 
 # Chapter 22's CPU benchmark: our engine (the final tree) against vLLM's CPU build on SmolLM2-135M, float32 and (where
 # the CPU multiplies bf16 in hardware) bfloat16; batch 1, batch 8 and a throughput workload, the same requests,

@@ -85,6 +85,16 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     p.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS, default=None,
                    help="chapter 29: how the KV travels: gloo (CPU tensors) or nccl (one GPU per server); default "
                         "auto: nccl on a GPU, gloo on the CPU")
+    # Chapter 28, SGLang's flag names: a host tier under the radix cache
+    p.add_argument("--enable-hierarchical-cache", action="store_true",
+                   help="chapter 28: keep KV evicted from the device pool in host memory and load it back on a hit")
+    p.add_argument("--hicache-ratio", type=float, default=None,
+                   help="chapter 28: the host pool's size as a multiple of the device pool's (default 2.0)")
+    p.add_argument("--hicache-size", type=int, default=None,
+                   help="chapter 28: the host pool's size in GB; overrides --hicache-ratio (default 0: use the ratio)")
+    p.add_argument("--hicache-write-policy", default=None,
+                   help="chapter 28: write_through (back a prefix up when it is cached, the default) or write_back "
+                        "(when it is evicted from the device)")
     a = p.parse_args(argv)
     if a.max_retractions is not None and a.max_retractions < 1:
         p.error(f"--max-retractions must be >= 1, got {a.max_retractions}")
@@ -94,7 +104,10 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     scheduler = {"max_extend_tokens": a.max_extend_tokens} if a.max_extend_tokens is not None else {}
     if a.no_overlap:
         scheduler["overlap"] = False
-    for key in ("admission", "retraction_policy", "max_retractions", "disaggregation_mode",
+    if a.enable_hierarchical_cache:
+        scheduler["enable_hierarchical_cache"] = True
+    for key in ("admission", "retraction_policy", "max_retractions", "hicache_ratio", "hicache_size",
+                "hicache_write_policy", "disaggregation_mode",
                 "disaggregation_bootstrap_port", "disaggregation_bootstrap_host", "disaggregation_transfer_backend"):
         if getattr(a, key) is not None:
             scheduler[key] = getattr(a, key)

@@ -16,6 +16,8 @@ from minisgl.scheduler.retract import RETRACTION_POLICIES, NewTokenRatio
 from minisgl.spec.config import SpecConfig
 
 ADMISSIONS = ("conservative", "optimistic")
+# Chapter 28, SGLang's names (SGLang also has write_through_selective: back up only prefixes hit often enough)
+HICACHE_WRITE_POLICIES = ("write_through", "write_back")
 DISAGGREGATION_MODES = ("null", "prefill", "decode")  # chapter 29, SGLang's names ("null": one engine does both)
 TRANSFER_BACKENDS = ("auto", "gloo", "nccl")
 
@@ -33,6 +35,12 @@ class SchedulerConfig:
     retraction_policy: str = "length"  # which running request is retracted first: "length" or "last"
     max_retractions: int = 1  # retractions of one request before it is pinned (never retracted again)
     speculative: SpecConfig | None = None  # chapter 26: speculative decoding; None speculates not
+    # Chapter 28: a host tier under the radix cache. Its size is hicache_ratio times the device pool's, or hicache_size
+    # GB when that is not 0; write_through backs a prefix up when it is cached, write_back when it is evicted.
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float = 2.0  # SGLang's default
+    hicache_size: int = 0
+    hicache_write_policy: str = "write_through"
     # Chapter 29: prefill/decode disaggregation. A prefill server listens for its decode server on the bootstrap
     # port (a TCPStore); the decode server connects to bootstrap_host:bootstrap_port. The KV goes over gloo (CPU
     # tensors) or NCCL (one GPU per server); auto: NCCL on a GPU, gloo on the CPU.
@@ -54,6 +62,7 @@ class SchedulerConfig:
             raise ValueError(f"new_token_ratio must be a NewTokenRatio, got {type(self.new_token_ratio).__name__}")
         if self.speculative is not None and not isinstance(self.speculative, SpecConfig):
             raise ValueError(f"speculative must be a SpecConfig or None, got {type(self.speculative).__name__}")
+        self._check_hicache()
         check_choice("disaggregation_mode", self.disaggregation_mode, DISAGGREGATION_MODES)
         check_choice("disaggregation_transfer_backend", self.disaggregation_transfer_backend, TRANSFER_BACKENDS)
         check_int("disaggregation_bootstrap_port", self.disaggregation_bootstrap_port, minimum=1)
@@ -61,6 +70,20 @@ class SchedulerConfig:
             raise ValueError(f"disaggregation_bootstrap_port must be <= 65535, got {self.disaggregation_bootstrap_port}")
         if self.disaggregation_mode != "null" and self.speculative is not None:
             raise ValueError("speculative decoding is not supported with disaggregation_mode (chapter 29)")
+        if self.disaggregation_mode != "null" and self.enable_hierarchical_cache:
+            raise ValueError("enable_hierarchical_cache is not supported with disaggregation_mode (chapter 29)")
+
+    def _check_hicache(self) -> None:
+        if not isinstance(self.enable_hierarchical_cache, bool):
+            raise ValueError(f"enable_hierarchical_cache must be True or False, got {self.enable_hierarchical_cache!r}")
+        ratio = self.hicache_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not ratio > 0:
+            raise ValueError(f"hicache_ratio must be a number > 0, got {ratio!r}")
+        check_int("hicache_size", self.hicache_size, minimum=0)
+        if self.hicache_write_policy == "write_through_selective":
+            raise ValueError("hicache_write_policy write_through_selective (SGLang's) is not built here: use "
+                             "write_through or write_back")
+        check_choice("hicache_write_policy", self.hicache_write_policy, HICACHE_WRITE_POLICIES)
 
     @property
     def optimistic(self) -> bool:
