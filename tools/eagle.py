@@ -2,11 +2,14 @@
 
     PYTHONPATH=<a chapter-26 tree> python -m tools.eagle --target smollm2 --out models/smollm2-eagle
 
-1. The target, run by the course's engine, answers the course's training prompts greedily (all in one batch;
-   tools/data/eagle_prompts.json, "train"; "eval" is held out for measuring acceptance). A FeatureTap records, at
-   every position p, the target's feature f_p (what its LM head reads); its LM head gives the greedy token after p.
+1. The target, run by the course's engine, answers the course's training prompts greedily, a large batch at a time
+   (tools/data/eagle_prompts.json, "train"; "eval" is held out for measuring acceptance). A FeatureTap records, at
+   every position p of prompt and answer, the target's feature f_p (what its LM head reads); its LM head gives the
+   target's greedy token after p, the label there (in the prompt too: self-distillation needs no written answer).
 2. The head learns, from pairs (f_p, token p + 1), to predict the target's token after p + 1 (cross-entropy over the
-   draft vocabulary) and its feature f_(p+1) (smooth L1), in chunks of consecutive positions.
+   draft vocabulary) and its feature f_(p+1) (smooth L1), in chunks of consecutive positions; then, as drafting
+   does, from its own predicted feature and the next token, again and again (EAGLE-3's training-time test): a loss
+   at each of `--unroll` chained guesses.
 """
 
 from __future__ import annotations
@@ -127,25 +130,54 @@ def chain_mask(valid: torch.Tensor, window: int, steps: int) -> torch.Tensor:
     return mask | torch.eye(steps * length, dtype=torch.bool)[None]  # a padding row never has an empty softmax
 
 
+def cached_forward(head, features, tokens, positions, mask, past: list) -> torch.Tensor:
+    """head(features, tokens, positions) for new pairs whose attention also reads the keys and values of earlier
+    pairs (`past`, a list of (k, v), to which theirs are appended): the sums head() does over the whole sequence,
+    without recomputing the earlier pairs. mask [B, new, earlier + new]."""
+    from minisgl.spec.eagle import rms_norm, rotate
+
+    c, layer = head.c, head.layer
+    x = head.fc(torch.cat([features, head.embed[tokens]], dim=-1))
+    b, n, _ = x.shape
+    split = lambda t, heads: t.view(b, n, heads, c.head_dim).transpose(1, 2)  # noqa: E731
+    y = rms_norm(x, layer.input_norm, c.rms_norm_eps)
+    q = rotate(split(layer.q_proj(y), c.num_heads), positions, c.rope_base)
+    past.append((rotate(split(layer.k_proj(y), c.num_kv_heads), positions, c.rope_base),
+                 split(layer.v_proj(y), c.num_kv_heads)))
+    groups = c.num_heads // c.num_kv_heads
+    k, v = (torch.cat([kv[j] for kv in past], 2).repeat_interleave(groups, dim=1) for j in (0, 1))
+    attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    x = x + layer.o_proj(attn.transpose(1, 2).reshape(b, n, -1))
+    y = rms_norm(x, layer.post_norm, c.rms_norm_eps)
+    x = x + layer.down_proj(F.silu(layer.gate_proj(y)) * layer.up_proj(y))
+    return rms_norm(x, head.norm_weight, c.rms_norm_eps)
+
+
+def unrolled(head, features, tokens, positions, valid, steps: int) -> list[torch.Tensor]:
+    """EAGLE-3's training-time test: the head's hidden states [B, L, H] at each of `steps` chained guesses. Step 1
+    reads the target's pairs; step m the pair (its own guess of step m - 1, the real token after it), as drafting
+    does, attending to the window of target pairs and to the chain's earlier guesses (chain_mask)."""
+    width = tokens.shape[1]
+    mask = chain_mask(valid, head.c.window, steps)
+    past, out = [], []
+    for m in range(steps):
+        rows = mask[:, m * width:(m + 1) * width, :(m + 1) * width]
+        out.append(cached_forward(head, features, shift(tokens, m), positions + m, rows, past))
+        features = out[-1]
+    return out
+
+
 def unrolled_loss(head, to_draft, features, tokens, positions, labels, targets, valid, steps: int,
                   decay: float = 0.8) -> torch.Tensor:
-    """EAGLE-3's training-time test: step 1 reads the target's features, step m the head's own guess of step
-    m - 1, as drafting does; each step's guess of the target's token and feature is scored, weighted decay^(m-1)
-    (a later guess matters only if the earlier ones were kept)."""
-    width = tokens.shape[1]
-    feats, toks, poss = [features], [tokens], [positions]
+    """Each chained guess of the target's token and feature scored, weighted decay^(m-1): a later guess counts
+    only when the earlier ones were kept."""
     total = 0.0
-    for m in range(steps):
-        mask = chain_mask(valid, head.c.window, m + 1)
-        hidden = head(torch.cat(feats, 1), torch.cat(toks, 1), torch.cat(poss, 1), mask)[:, m * width:]
+    for m, hidden in enumerate(unrolled(head, features, tokens, positions, valid, steps)):
         ok = shift(valid, m)  # the chain from pair i reaches pair i + m inside the chunk
         want = torch.where(ok, to_draft[shift(labels, m)], -100)
         ce = F.cross_entropy(head.logits(hidden).flatten(0, 1), want.flatten(), ignore_index=-100)
         reg = F.smooth_l1_loss(hidden[ok], shift(targets, m)[ok]) if ok.any() else hidden.sum() * 0
         total = total + decay ** m * (ce + reg)
-        feats.append(hidden)  # the next step's pair: this guess of f_(p+m+1) and the real token after it
-        toks.append(shift(tokens, m + 1))
-        poss.append(positions + m + 1)
     return total
 
 
@@ -225,6 +257,33 @@ def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, tem
             "accepted": stats.accepted, "acceptance": round(stats.acceptance_rate, 3)}
 
 
+def head_cost(model: Path, head: Path, prompt: list[int], k: int, repeat: int = 5) -> dict:
+    """Batch 1: ms per guess of the head (k guesses over a full window, averaged) against ms per decode step of the
+    target (answers of 33 tokens less answers of 1, over 32), each the median of `repeat` runs."""
+    from statistics import median
+
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+    from minisgl.spec.eagle import load_head
+
+    llm = LLM(str(model), max_running_reqs=1, max_seq_len=len(prompt) + 40, cpu_kv_cache_mb=256)
+    h = load_head(head, *head_weights(llm.engine))
+    width = h.c.window
+    args = (torch.randn(1, width, h.c.hidden_size), torch.randint(h.c.vocab_size, (1, width)),
+            torch.arange(width)[None], torch.ones(1, width, dtype=torch.bool), k)
+
+    def timed(fn) -> float:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    guess = median(timed(lambda: h.draft(*args)) for _ in range(repeat)) / k
+    run = lambda n: timed(lambda: llm.generate([prompt], SamplingParams(max_tokens=n)))  # noqa
+    step = median(run(33) - run(1) for _ in range(repeat)) / 32
+    return {"head_ms_per_draft_token": round(1e3 * guess, 2), "target_ms_per_decode_step": round(1e3 * step, 2),
+            "ratio": round(guess / step, 3)}
+
+
 def answers(path: Path, train_ids: list[list[int]], eval_ids: list[list[int]], args):
     """The target's answers to the training and held-out prompts, `args.gen_batch` prompts at a time (a large
     batch costs far less per token on the CPU than one answer at a time), and the engine that made them."""
@@ -273,17 +332,19 @@ def main() -> None:
         held_out = [encode(tok, t) for t in prompts("eval")]
         for temperature in (0.0, 0.7):
             print(json.dumps(acceptance(path, out, held_out, args.k, temperature, args.max_new)), flush=True)
+        print(json.dumps(head_cost(path, out, held_out[0], args.k)), flush=True)
         return
     wall, cpu = time.perf_counter(), time.process_time()
     tok = AutoTokenizer.from_pretrained(path)
     train_ids, eval_ids = ([encode(tok, t) for t in prompts(split)] for split in ("train", "eval"))
     if args.data and Path(args.data).exists():  # answers saved by an earlier run: try training settings fast
-        train_data, eval_data = torch.load(args.data, weights_only=False)
+        train_data, eval_data = ([Sequence(*t) for t in part] for part in torch.load(args.data))
         engine = LLM(str(path), max_running_reqs=1, max_seq_len=64, cpu_kv_cache_mb=64).engine
     else:
         train_data, eval_data, engine = answers(path, train_ids, eval_ids, args)
         if args.data:
-            torch.save((train_data, eval_data), args.data)
+            torch.save([[(s.tokens, s.features, s.next_tokens) for s in part] for part in (train_data, eval_data)],
+                       args.data)
     gen_wall, gen_cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(f"[draft] {sum(len(s.tokens) for s in train_data)} training positions from {len(train_data)} answers in "
           f"{gen_wall:.0f} s wall, {gen_cpu:.0f} CPU s", flush=True)
