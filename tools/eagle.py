@@ -277,7 +277,7 @@ def head_cost(model: Path, head: Path, prompt: list[int], k: int, repeat: int = 
         fn()
         return time.perf_counter() - t
 
-    guess = median(timed(lambda: h.draft(*args)) for _ in range(repeat)) / k
+    guess = median(timed(lambda: h.draft(*args)) for _ in range(10 * repeat)) / k  # short: more runs
     run = lambda n: timed(lambda: llm.generate([prompt], SamplingParams(max_tokens=n)))  # noqa
     step = median(run(33) - run(1) for _ in range(repeat)) / 32
     return {"head_ms_per_draft_token": round(1e3 * guess, 2), "target_ms_per_decode_step": round(1e3 * step, 2),
@@ -313,7 +313,7 @@ def main() -> None:
     ap.add_argument("--gen-batch", type=int, default=176, help="prompts answered at once")
     ap.add_argument("--kv-mb", type=int, default=2048, help="KV cache for the answers, MiB")
     ap.add_argument("--data", default=None, help="a file for the answers: loaded if it exists, else written")
-    ap.add_argument("--steps", type=int, default=550)
+    ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--batch", type=int, default=8, help="chunks of 64 positions per step")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--draft-vocab", type=int, default=4096)
