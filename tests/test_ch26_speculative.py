@@ -905,6 +905,51 @@ def test_a_trained_eagle_head_predicts_the_targets_next_tokens_on_its_training_t
     assert acc >= 0.8, f"the trained head guesses the target's next token at {acc:.2f} of its training positions"
 
 
+@pytest.mark.stubs("EagleHead.forward")
+def test_the_training_time_test_chains_guesses_as_drafting_does():
+    """make draft's unrolled chain (tools/eagle.py) gives, at every step, what the head itself gives over the whole
+    chain of pairs (the cached keys and values change no sum), and, where the real tokens are the head's guesses,
+    the chain from pair i guesses what drafting from the window ending at pair i guesses: training scores the
+    drafts the engine will make."""
+    from minisgl.spec.eagle import window_mask
+    from tools import eagle
+
+    head, g = tiny_head()
+    head = head.double()
+    b, length, steps, window = 2, 7, 3, head.c.window
+    features = torch.randn(b, length, 8, generator=g, dtype=torch.float64)
+    tokens = torch.randint(11, (b, length), generator=g)
+    positions = torch.arange(length).repeat(b, 1)
+    valid = torch.ones(b, length, dtype=torch.bool)
+    valid[1, 5:] = False
+    got = eagle.unrolled(head, features, tokens, positions, valid, steps)
+    feats, toks, poss = [features], [tokens], [positions]
+    for m in range(steps):
+        whole = head(torch.cat(feats, 1), torch.cat(toks, 1), torch.cat(poss, 1),
+                     eagle.chain_mask(valid, window, m + 1))[:, m * length:]
+        assert torch.allclose(got[m], whole, atol=1e-12), f"chain step {m + 1} differs from the head over the chain"
+        feats.append(whole)
+        toks.append(eagle.shift(tokens, m + 1))
+        poss.append(positions + m + 1)
+    for i in (3, 4):  # pair i is the last one drafting knows; its window holds pairs i - 2 .. i
+        span = slice(i - window + 1, i + 1)
+        f, t, pos = features[:1, span], tokens[:1, span], positions[:1, span]
+        for m in range(steps):  # drafting's passes, with the real token after each guess
+            hidden = head(f, t, pos, window_mask(torch.ones(1, f.shape[1], dtype=torch.bool), window + steps))[:, -1]
+            assert torch.allclose(hidden[0], got[m][0, i], atol=1e-12), f"pair {i}, step {m + 1}"
+            if m + 1 == steps:
+                break
+            f, t, pos = torch.cat([f, hidden[:, None]], 1), torch.cat([t, tokens[:1, i + m + 1, None]], 1), \
+                torch.cat([pos, pos[:, -1:] + 1], 1)
+        drafted = head.draft(features[:1, span], tokens[:1, span], positions[:1, span],
+                             torch.ones(1, window, dtype=torch.bool), steps)[0]
+        real = tokens.clone()
+        real[0, i + 1: i + steps] = drafted[: steps - 1]  # where the target agrees with the drafts so far
+        chained = [int(head.vocab_ids[head.logits(h[0, i]).argmax()]) for h in
+                   eagle.unrolled(head, features, real, positions, valid, steps)]
+        assert chained == drafted.tolist()
+
+
 @pytest.mark.stubs("EagleHead.forward", *RUN_STUBS)
 @pytest.mark.parametrize("k, overlap, page_size", [(1, False, 1), (2, True, 4), (3, False, 4), (4, True, 1)])
 def test_eagle_greedy_answers_equal_hf_and_the_answers_without_speculation(prompts, reference, plain_answers,

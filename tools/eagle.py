@@ -2,11 +2,14 @@
 
     PYTHONPATH=<a chapter-26 tree> python -m tools.eagle --target smollm2 --out models/smollm2-eagle
 
-1. The target, run by the course's engine, answers the course's training prompts greedily (all in one batch;
-   tools/data/eagle_prompts.json, "train"; "eval" is held out for measuring acceptance). A FeatureTap records, at
-   every position p, the target's feature f_p (what its LM head reads); its LM head gives the greedy token after p.
+1. The target, run by the course's engine, answers the course's training prompts greedily, a large batch at a time
+   (tools/data/eagle_prompts.json, "train"; "eval" is held out for measuring acceptance). A FeatureTap records, at
+   every position p of prompt and answer, the target's feature f_p (what its LM head reads); its LM head gives the
+   target's greedy token after p, the label there (in the prompt too: self-distillation needs no written answer).
 2. The head learns, from pairs (f_p, token p + 1), to predict the target's token after p + 1 (cross-entropy over the
-   draft vocabulary) and its feature f_(p+1) (smooth L1), in chunks of consecutive positions.
+   draft vocabulary) and its feature f_(p+1) (smooth L1), in chunks of consecutive positions; then, as drafting
+   does, from its own predicted feature and the next token, again and again (EAGLE-3's training-time test): a loss
+   at each of `--unroll` chained guesses.
 """
 
 from __future__ import annotations
@@ -109,12 +112,80 @@ def pad(batch: list[tuple[torch.Tensor, ...]]):
     return (*cols, valid)
 
 
-def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: int = 8, length: int = 64,
-          noise: float = 0.05, seed: int = 0, progress: bool = True) -> list[float]:
-    """AdamW on the head's fc and layer; the loss per step (cross-entropy + smooth L1 on the features)."""
-    from tqdm import tqdm
+def shift(t: torch.Tensor, by: int) -> torch.Tensor:
+    """t moved `by` places to the left along dim 1, the end filled with zeros (masked out by the caller)."""
+    return torch.cat([t[:, by:], torch.zeros_like(t[:, :by])], dim=1) if by else t
 
-    from minisgl.spec.eagle import window_mask
+
+def chain_mask(valid: torch.Tensor, window: int, steps: int) -> torch.Tensor:
+    """[B, steps * L, steps * L] bool over `steps` blocks of L pairs: block 0 holds the target's pairs, block m the
+    m-th guess of the chain that starts after pair i. A query of block m at i sees what drafting sees: the last
+    `window` target pairs up to i, and the chain's own guesses 1..m at i."""
+    length = valid.shape[1]
+    i = torch.arange(length)
+    known = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+    same, none = torch.eye(length, dtype=torch.bool), torch.zeros(length, length, dtype=torch.bool)
+    rows = [torch.cat([known] + [same if n <= m else none for n in range(1, steps)], 1) for m in range(steps)]
+    mask = torch.cat(rows, 0)[None] & valid.repeat(1, steps)[:, None, :]
+    return mask | torch.eye(steps * length, dtype=torch.bool)[None]  # a padding row never has an empty softmax
+
+
+def cached_forward(head, features, tokens, positions, mask, past: list) -> torch.Tensor:
+    """head(features, tokens, positions) for new pairs whose attention also reads the keys and values of earlier
+    pairs (`past`, a list of (k, v), to which theirs are appended): the sums head() does over the whole sequence,
+    without recomputing the earlier pairs. mask [B, new, earlier + new]."""
+    from minisgl.spec.eagle import rms_norm, rotate
+
+    c, layer = head.c, head.layer
+    x = head.fc(torch.cat([features, head.embed[tokens]], dim=-1))
+    b, n, _ = x.shape
+    split = lambda t, heads: t.view(b, n, heads, c.head_dim).transpose(1, 2)  # noqa: E731
+    y = rms_norm(x, layer.input_norm, c.rms_norm_eps)
+    q = rotate(split(layer.q_proj(y), c.num_heads), positions, c.rope_base)
+    past.append((rotate(split(layer.k_proj(y), c.num_kv_heads), positions, c.rope_base),
+                 split(layer.v_proj(y), c.num_kv_heads)))
+    groups = c.num_heads // c.num_kv_heads
+    k, v = (torch.cat([kv[j] for kv in past], 2).repeat_interleave(groups, dim=1) for j in (0, 1))
+    attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    x = x + layer.o_proj(attn.transpose(1, 2).reshape(b, n, -1))
+    y = rms_norm(x, layer.post_norm, c.rms_norm_eps)
+    x = x + layer.down_proj(F.silu(layer.gate_proj(y)) * layer.up_proj(y))
+    return rms_norm(x, head.norm_weight, c.rms_norm_eps)
+
+
+def unrolled(head, features, tokens, positions, valid, steps: int) -> list[torch.Tensor]:
+    """EAGLE-3's training-time test: the head's hidden states [B, L, H] at each of `steps` chained guesses. Step 1
+    reads the target's pairs; step m the pair (its own guess of step m - 1, the real token after it), as drafting
+    does, attending to the window of target pairs and to the chain's earlier guesses (chain_mask)."""
+    width = tokens.shape[1]
+    mask = chain_mask(valid, head.c.window, steps)
+    past, out = [], []
+    for m in range(steps):
+        rows = mask[:, m * width:(m + 1) * width, :(m + 1) * width]
+        out.append(cached_forward(head, features, shift(tokens, m), positions + m, rows, past))
+        features = out[-1]
+    return out
+
+
+def unrolled_loss(head, to_draft, features, tokens, positions, labels, targets, valid, steps: int,
+                  decay: float = 0.8) -> torch.Tensor:
+    """Each chained guess of the target's token and feature scored, weighted decay^(m-1): a later guess counts
+    only when the earlier ones were kept."""
+    total = 0.0
+    for m, hidden in enumerate(unrolled(head, features, tokens, positions, valid, steps)):
+        ok = shift(valid, m)  # the chain from pair i reaches pair i + m inside the chunk
+        want = torch.where(ok, to_draft[shift(labels, m)], -100)
+        ce = F.cross_entropy(head.logits(hidden).flatten(0, 1), want.flatten(), ignore_index=-100)
+        reg = F.smooth_l1_loss(hidden[ok], shift(targets, m)[ok]) if ok.any() else hidden.sum() * 0
+        total = total + decay ** m * (ce + reg)
+    return total
+
+
+def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: int = 8, length: int = 64,
+          noise: float = 0.05, unroll: int = 4, seed: int = 0, progress: bool = True) -> list[float]:
+    """AdamW on the head's fc and layer; the loss per step (cross-entropy + smooth L1 on the features, at each of
+    `unroll` chained guesses)."""
+    from tqdm import tqdm
 
     g = torch.Generator().manual_seed(seed)
     pieces = chunks(data, length)
@@ -127,13 +198,9 @@ def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: 
     head.train()
     for _ in tqdm(range(steps), desc="train head", disable=not progress):
         pick = torch.randint(len(pieces), (batch_size,), generator=g).tolist()
-        features, tokens, positions, labels, target_features, valid = pad([pieces[i] for i in pick])
+        features, tokens, positions, labels, targets, valid = pad([pieces[i] for i in pick])
         features = features + noise * torch.randn(features.shape, generator=g)  # EAGLE: robust to its own errors
-        hidden = head(features, tokens, positions, window_mask(valid, head.c.window))
-        labels = torch.where(valid, to_draft[labels], -100)
-        ce = F.cross_entropy(head.logits(hidden).flatten(0, 1), labels.flatten(), ignore_index=-100)
-        reg = F.smooth_l1_loss(hidden[valid], target_features[valid])
-        loss = ce + reg
+        loss = unrolled_loss(head, to_draft, features, tokens, positions, labels, targets, valid, unroll)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -142,6 +209,12 @@ def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: 
         losses.append(loss.item())
     head.eval()
     return losses
+
+
+def coverage(head, data: list[Sequence]) -> float:
+    """The share of the target's tokens in `data` that the draft vocabulary holds: a bound on any head's accuracy."""
+    labels = torch.cat([s.next_tokens for s in data])
+    return float(torch.isin(labels, head.vocab_ids).float().mean())
 
 
 @torch.no_grad()
@@ -184,6 +257,49 @@ def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, tem
             "accepted": stats.accepted, "acceptance": round(stats.acceptance_rate, 3)}
 
 
+def head_cost(model: Path, head: Path, prompt: list[int], k: int, repeat: int = 5) -> dict:
+    """Batch 1: ms per guess of the head (k guesses over a full window, averaged) against ms per decode step of the
+    target (answers of 33 tokens less answers of 1, over 32), each the median of `repeat` runs."""
+    from statistics import median
+
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+    from minisgl.spec.eagle import load_head
+
+    llm = LLM(str(model), max_running_reqs=1, max_seq_len=len(prompt) + 40, cpu_kv_cache_mb=256)
+    h = load_head(head, *head_weights(llm.engine))
+    width = h.c.window
+    args = (torch.randn(1, width, h.c.hidden_size), torch.randint(h.c.vocab_size, (1, width)),
+            torch.arange(width)[None], torch.ones(1, width, dtype=torch.bool), k)
+
+    def timed(fn) -> float:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    guess = median(timed(lambda: h.draft(*args)) for _ in range(10 * repeat)) / k  # short: more runs
+    run = lambda n: timed(lambda: llm.generate([prompt], SamplingParams(max_tokens=n)))  # noqa
+    step = median(run(33) - run(1) for _ in range(repeat)) / 32
+    return {"head_ms_per_draft_token": round(1e3 * guess, 2), "target_ms_per_decode_step": round(1e3 * step, 2),
+            "ratio": round(guess / step, 3)}
+
+
+def answers(path: Path, train_ids: list[list[int]], eval_ids: list[list[int]], args):
+    """The target's answers to the training and held-out prompts, `args.gen_batch` prompts at a time (a large
+    batch costs far less per token on the CPU than one answer at a time), and the engine that made them."""
+    from tqdm import tqdm
+
+    from minisgl.llm import LLM
+
+    group = min(args.gen_batch, len(train_ids))
+    llm = LLM(str(path), max_running_reqs=group, max_seq_len=max(map(len, train_ids + eval_ids)) + args.max_new + 1,
+              cpu_kv_cache_mb=args.kv_mb, cache_type="naive")
+    train_data = []
+    for a in tqdm(range(0, len(train_ids), group), desc=f"answer {len(train_ids)} prompts, {group} at a time"):
+        train_data += collect(llm, train_ids[a: a + group], args.max_new)
+    return train_data, collect(llm, eval_ids, args.max_new), llm.engine
+
+
 def main() -> None:
     from transformers import AutoTokenizer
 
@@ -193,12 +309,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2")
     ap.add_argument("--out", default=None, help="default: models/<target>-eagle")
-    ap.add_argument("--max-new", type=int, default=128, help="answer tokens per training prompt")
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=4, help="chunks of 64 positions per step")
+    ap.add_argument("--max-new", type=int, default=96, help="answer tokens per training prompt")
+    ap.add_argument("--gen-batch", type=int, default=176, help="prompts answered at once")
+    ap.add_argument("--kv-mb", type=int, default=2048, help="KV cache for the answers, MiB")
+    ap.add_argument("--data", default=None, help="a file for the answers: loaded if it exists, else written")
+    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--batch", type=int, default=8, help="chunks of 64 positions per step")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--draft-vocab", type=int, default=4096)
     ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--unroll", type=int, default=4, help="chained guesses trained per pair (training-time test)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--measure", action="store_true", help="no training: the acceptance of the saved head on the "
                                                           "held-out prompts, greedy and at temperature 0.7")
@@ -212,20 +332,29 @@ def main() -> None:
         held_out = [encode(tok, t) for t in prompts("eval")]
         for temperature in (0.0, 0.7):
             print(json.dumps(acceptance(path, out, held_out, args.k, temperature, args.max_new)), flush=True)
+        print(json.dumps(head_cost(path, out, held_out[0], args.k)), flush=True)
         return
     wall, cpu = time.perf_counter(), time.process_time()
     tok = AutoTokenizer.from_pretrained(path)
     train_ids, eval_ids = ([encode(tok, t) for t in prompts(split)] for split in ("train", "eval"))
-    llm = LLM(str(path), max_running_reqs=len(train_ids), max_seq_len=max(map(len, train_ids + eval_ids)) +
-              args.max_new + 1, cpu_kv_cache_mb=1024, cache_type="naive")
-    train_data = collect(llm, train_ids, args.max_new)
-    eval_data = collect(llm, eval_ids, args.max_new)
+    if args.data and Path(args.data).exists():  # answers saved by an earlier run: try training settings fast
+        train_data, eval_data = ([Sequence(*t) for t in part] for part in torch.load(args.data))
+        engine = LLM(str(path), max_running_reqs=1, max_seq_len=64, cpu_kv_cache_mb=64).engine
+    else:
+        train_data, eval_data, engine = answers(path, train_ids, eval_ids, args)
+        if args.data:
+            torch.save([[(s.tokens, s.features, s.next_tokens) for s in part] for part in (train_data, eval_data)],
+                       args.data)
+    gen_wall, gen_cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(f"[draft] {sum(len(s.tokens) for s in train_data)} training positions from {len(train_data)} answers in "
-          f"{time.perf_counter() - wall:.0f} s wall, {time.process_time() - cpu:.0f} CPU s", flush=True)
-    head = new_head(llm.engine, train_data, args.draft_vocab, args.window)
-    losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch)
-    print(f"[draft] loss {sum(losses[:20]) / 20:.3f} -> {sum(losses[-20:]) / 20:.3f}; teacher-forced first-guess "
-          f"accuracy: train {accuracy(head, train_data):.3f}, held-out {accuracy(head, eval_data):.3f}")
+          f"{gen_wall:.0f} s wall, {gen_cpu:.0f} CPU s", flush=True)
+    head = new_head(engine, train_data, args.draft_vocab, args.window)
+    losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch, unroll=args.unroll)
+    print(f"[draft] loss {sum(losses[:20]) / 20:.3f} -> {sum(losses[-20:]) / 20:.3f} in "
+          f"{time.perf_counter() - wall - gen_wall:.0f} s wall, {time.process_time() - cpu - gen_cpu:.0f} CPU s; "
+          f"teacher-forced first-guess accuracy: train {accuracy(head, train_data[:60]):.3f}, held-out "
+          f"{accuracy(head, eval_data):.3f}; held-out labels in the draft vocabulary: "
+          f"{coverage(head, eval_data):.3f}", flush=True)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     head.save(tmp)
