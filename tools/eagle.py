@@ -67,19 +67,20 @@ def collect(llm, prompt_ids: list[list[int]], max_new: int) -> list[Sequence]:
         rows = (tap.owner[:, 0, 0] == first + i).nonzero()[0]
         known = int((tap.owner[rows[0], :, 0] == first + i).sum())  # positions computed: all but the last token
         with torch.inference_mode(False):
-            features = tap.features[rows[0], :known].float().clone()
+            features = tap.features[rows[0], :known].float().cpu()  # training runs on the CPU (see train)
         data.append(Sequence(tokens[: known + 1], features, (features @ lm_head.T).argmax(-1)))
     tap.remove()
     return data
 
 
 def head_weights(engine) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The target's embedding, final norm weight and LM head weight, as plain (trainable-graph safe) copies."""
+    """The target's embedding, final norm weight and LM head weight, as plain (trainable-graph safe) copies on the
+    CPU, where the head trains whatever device the target answered on."""
     model = engine.model
     embed = model.model.embed_tokens.weight
     lm_head = model.lm_head.weight if hasattr(model.lm_head, "weight") else embed
     with torch.inference_mode(False):
-        return tuple(t.float().clone() for t in (embed, model.model.norm.weight, lm_head))
+        return tuple(t.float().cpu().clone() for t in (embed, model.model.norm.weight, lm_head))
 
 
 def draft_vocab(data: list[Sequence], size: int) -> torch.Tensor:
