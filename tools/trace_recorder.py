@@ -487,7 +487,8 @@ class EngineRecorder:
             node, parent = stack.pop(0)
             nid = self._node_id(node)
             nodes.append([nid, parent, len(node.key), int(node.ref_count), [int(t) for t in list(node.key[:4])]])
-            pages[nid] = runs([s // self.page_size for s in node.value[:: self.page_size].tolist()])
+            on_device = node.value if node.value is not None else []  # chapter 28: a node kept on the host only
+            pages[nid] = runs([int(s) // self.page_size for s in on_device[:: self.page_size]])
             lru[nid] = int(getattr(node, "last_access", 0))
             stack.extend((c, nid) for c in node.children.values())
         nodes.sort(key=lambda n: n[0])

@@ -57,7 +57,8 @@ def events(engine: dict, kind: str) -> list[tuple[int, dict]]:
     return [(s["i"], e) for s in engine["steps"] for e in s["before"] + s["after"] if e["e"] == kind]
 
 
-@pytest.mark.parametrize("name,chapter", [("chunked", 10), ("radix", 9), ("retract", 23), ("speculative", 26)])
+@pytest.mark.parametrize("name,chapter", [("chunked", 10), ("radix", 9), ("retract", 23), ("speculative", 26),
+                                          ("hicache", 28)])
 def test_recording_changes_nothing_and_the_trace_holds_every_token(name, chapter):
     run = scenario(name, chapter)
     assert run["on"]["outputs"] == run["off"]["outputs"], f"{name}: the tokens differ when recorded"
@@ -75,6 +76,24 @@ def test_recording_changes_nothing_and_the_trace_holds_every_token(name, chapter
             held = len(rows[row["uid"]][2])
             assert held == row["to"], (f"{name}, step {step['i']}: request {row['uid']} computes up to position "
                                        f"{row['to']} but its page-table row holds {held} pages (page size 1)")
+
+
+def test_hicache_trace_holds_nodes_kept_on_the_host_only():
+    """Chapter 28: a node whose KV went to the host stays in the tree with no device pages, and the turns after it
+    start their prefill past their 40-token system prompt, which the device pool no longer held (it was loaded back)."""
+    engine = engine_of("hicache", 28)
+    pages: dict[str, list] = {}
+    emptied_at = None
+    for step in engine["steps"]:
+        for nid, runs in step.get("tree_pages", {}).items():
+            if pages.get(nid) and not runs and emptied_at is None:
+                emptied_at = step["i"]
+            pages[nid] = runs
+    assert emptied_at is not None, "no node of the tree lost its device pages: nothing went to the host only"
+    starts = [(s["i"], row["from"]) for s in engine["steps"] if s["phase"] == "prefill" for row in s["rows"]]
+    later = [start for i, start in starts if i > emptied_at]
+    assert later and min(later) >= 40, (f"after step {emptied_at} (a node went to the host) each turn's prefill should "
+                                        f"start past its system prompt; (step, first position): {starts}")
 
 
 def test_chunked_prefill_trace_has_the_chapters_chunk_boundaries():

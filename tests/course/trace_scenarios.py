@@ -6,7 +6,7 @@ runs scenario NAME on the tree first on PYTHONPATH twice, without and then with 
 (JSON): each run's outputs and the scheduler's history of every engine (the last call's batches), the trace,
 and whether uninstalling the recorder put the classes back. Each scenario sets up what its chapter's
 example shows, at a size the tests can afford: chunks (chapter 10), a radix-cache hit (9), retractions (23),
-speculative decoding with a draft model (26).
+speculative decoding with a draft model (26), a host KV tier (28).
 """
 
 from __future__ import annotations
@@ -77,7 +77,21 @@ def speculative(llms: list) -> list:
     return llm.generate([ids(12), ids(9, 60)], SamplingParams(max_tokens=16, ignore_eos=True))
 
 
-SCENARIOS = {"chunked": chunked, "radix": radix, "retract": retract, "speculative": speculative}
+def hicache(llms: list) -> list:
+    """Chapter 28: two sessions take turns on a device pool that holds one, a host tier under the radix cache: each
+    turn's system prompt went to the host while the other session ran, and is loaded back."""
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+
+    llm = LLM(ensure_model(MODEL), max_running_reqs=2, max_seq_len=128, page_size=1, num_pages=64,
+              enable_hierarchical_cache=True, hicache_write_policy="write_back", hicache_ratio=4.0)
+    llms.append(llm)
+    systems = [ids(40), ids(40, 600)]
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    return [out for turn in range(4) for out in llm.generate([systems[turn % 2] + ids(5, 300 + 9 * turn)], params)]
+
+
+SCENARIOS = {"chunked": chunked, "radix": radix, "retract": retract, "speculative": speculative, "hicache": hicache}
 
 
 def main() -> int:
