@@ -135,23 +135,10 @@ def cached_forward(head, features, tokens, positions, mask, past: list) -> torch
     """head(features, tokens, positions) for new pairs whose attention also reads the keys and values of earlier
     pairs (`past`, a list of (k, v), to which theirs are appended): the sums head() does over the whole sequence,
     without recomputing the earlier pairs. mask [B, new, earlier + new]."""
-    from minisgl.spec.eagle import rms_norm, rotate
+    from minisgl.spec.eagle import rms_norm
 
-    c, layer = head.c, head.layer
     x = head.fc(torch.cat([features, head.embed[tokens]], dim=-1))
-    b, n, _ = x.shape
-    split = lambda t, heads: t.view(b, n, heads, c.head_dim).transpose(1, 2)  # noqa: E731
-    y = rms_norm(x, layer.input_norm, c.rms_norm_eps)
-    q = rotate(split(layer.q_proj(y), c.num_heads), positions, c.rope_base)
-    past.append((rotate(split(layer.k_proj(y), c.num_kv_heads), positions, c.rope_base),
-                 split(layer.v_proj(y), c.num_kv_heads)))
-    groups = c.num_heads // c.num_kv_heads
-    k, v = (torch.cat([kv[j] for kv in past], 2).repeat_interleave(groups, dim=1) for j in (0, 1))
-    attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
-    x = x + layer.o_proj(attn.transpose(1, 2).reshape(b, n, -1))
-    y = rms_norm(x, layer.post_norm, c.rms_norm_eps)
-    x = x + layer.down_proj(F.silu(layer.gate_proj(y)) * layer.up_proj(y))
-    return rms_norm(x, head.norm_weight, c.rms_norm_eps)
+    return rms_norm(head.layer(x, positions, mask, past), head.norm_weight, head.c.rms_norm_eps)
 
 
 def unrolled(head, features, tokens, positions, valid, steps: int) -> list[torch.Tensor]:

@@ -87,7 +87,10 @@ class HeadLayer(nn.Module):
             nn.Linear(h, c.intermediate_size, bias=False)
         self.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                past: list | None = None) -> torch.Tensor:
+        """`past` (make draft's training): the keys and values of earlier calls, which these positions also attend
+        to (mask [B, L, earlier + L]); this call's are appended to it."""
         c = self.c
         b, length, _ = x.shape
         y = rms_norm(x, self.input_norm, c.rms_norm_eps)
@@ -95,6 +98,9 @@ class HeadLayer(nn.Module):
         k = self.k_proj(y).view(b, length, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(y).view(b, length, c.num_kv_heads, c.head_dim).transpose(1, 2)
         q, k = rotate(q, positions, c.rope_base), rotate(k, positions, c.rope_base)
+        if past is not None:
+            past.append((k, v))
+            k, v = (torch.cat([kv[j] for kv in past], 2) for j in (0, 1))
         groups = c.num_heads // c.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
