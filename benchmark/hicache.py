@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from benchmark.online import WORDS, percentile
+from benchmark.runs import spread
 
 ROWS = ("radix", "write_through", "write_back")
 
@@ -141,8 +141,7 @@ def summarize(runs: list[dict]) -> dict:
         if not mine:
             continue
         keys = [k for k, v in mine[0].items() if isinstance(v, (int, float)) and k != "row"]
-        table[row] = {k: {"min": min(r[k] for r in mine), "median": statistics.median(r[k] for r in mine),
-                          "max": max(r[k] for r in mine)} for k in keys}
+        table[row] = {k: spread([r[k] for r in mine]) for k in keys}
     return table
 
 
