@@ -18,7 +18,6 @@ long prefill stalls on one server). The table gives min / median / max over the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchmark.dp import ROUTER_COMMAND
-from benchmark.online import WORDS, Client, RequestSpec, arrival_offsets, percentile, request_metrics
+from benchmark.online import WORDS, Client, RequestSpec, arrival_offsets, percentile, request_metrics, run_requests
 
 SERVER_FLAGS = "--max-running-reqs 16 --max-seq-len 1024 --cpu-kv-cache-mb 256"
 
@@ -41,7 +40,7 @@ def mixed_workload(num: int, long_words: int, short_words: int, max_tokens: int,
 
 
 def measure(url: str, model: str, specs: list[RequestSpec], offsets: list[float], api: str) -> dict:
-    records = asyncio.run(Client(url, api, model).run(specs, offsets, "pd", quiet=True))
+    records, _ = run_requests(Client(url, api, model), specs, offsets, "pd", quiet=True)
     failed = [r["error"] for r in records if r["error"] is not None]
     if failed:
         raise RuntimeError(f"{len(failed)} requests failed, the first: {failed[0]}")

@@ -447,6 +447,19 @@ def check_answers(pd) -> None:
 
 
 @needs_router
+def test_the_benchmark_measures_through_the_router(pd):
+    """`make bench-pd` times its requests with this function: it must read answers through the router (TTFT and TPOT
+    of every request, the tokens counted)."""
+    from benchmark.online import RequestSpec
+    from benchmark.pd import measure
+
+    specs = [RequestSpec(i, TEXTS[i], 4) for i in range(2)]
+    with servers_explained(pd):
+        m = measure(pd.url, NAME, specs, [0.0, 0.0], "completions")
+    assert m["output_tokens"] == 8 and m["ttft_p50_s"] > 0 and m["tpot_p50_s"] > 0, f"bench-pd's measure: {m}"
+
+
+@needs_router
 @pytest.mark.stubs(*ALL)
 def test_a_decode_server_that_dies_is_noticed_by_the_prefill_server(pd):
     """The decode server is paused, a request's KV is parked on the prefill server, then the decode server stops:
