@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from functools import lru_cache
 
-import pytest
-import torch
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the Triton backend runs in its interpreter
 
-from helpers import ROOT, assert_clean, hf_greedy, hf_logits, hf_model, model_path, prompt_ids, tokenizer
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers import ROOT, needs_triton, assert_clean, hf_greedy, hf_logits, hf_model, model_path, prompt_ids, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.kvcache.mha_pool import MHAKVCache
 from minisgl.llm import LLM
@@ -267,3 +270,121 @@ def test_engine_next_token_agrees_with_float32_over_the_text(option):
     assert agree >= ENGINE_TOP1[option], f"{option}: next-token agreement {agree:.3f} over {len(got)} prefixes, " \
                                          f"bound {ENGINE_TOP1[option]}"
     assert_clean(llm)
+
+
+def fp8_kv_llm(backend: str, device: str = "cpu", **kwargs) -> LLM:
+    llm = LLM(model_path("tiny-qwen3"), max_running_reqs=4, max_seq_len=128, page_size=4, overlap=False,
+              attention_backend=backend, kv_cache_dtype="fp8_e4m3", device=device, **kwargs)
+    layers = llm.engine.model_config.num_layers
+    # scales other than 1.0, different per layer and for keys and values: a scale used twice, never, or from the
+    # wrong layer changes the answers
+    llm.engine.kv_cache.set_scales([0.5 + 0.25 * i for i in range(layers)], [2.0 - 0.5 * i for i in range(layers)])
+    return llm
+
+
+@needs_triton
+@pytest.mark.stubs("quantize_fp8", "MHAKVCache.store_kv")
+def test_fp8_kv_with_the_triton_kernels_equals_the_torch_backend():
+    """Both backends read the same FP8 bytes with per-layer scales (the Triton kernels convert in the kernel and take
+    the scales outside the sums): the same greedy tokens on tiny-qwen3 (under Triton's CPU interpreter here)."""
+    prompts = prompt_ids("tiny-qwen3", 3)
+    outs = {}
+    for backend in ("torch", "triton"):
+        llm = fp8_kv_llm(backend)
+        outs[backend] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=8))]
+        assert_clean(llm)
+    for i, (a, b) in enumerate(zip(outs["torch"], outs["triton"])):
+        assert a == b, f"request {i}: torch backend {a}, triton backend {b}"
+
+
+# --- the GPU -------------------------------------------------------------------------------------------------------
+
+def cuda_or_skip() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs("quantize_fp8")
+@pytest.mark.parametrize("per_row", [True, False], ids=["per-channel", "per-tensor"])
+def test_on_the_gpu_fp8_scaled_mm_matches_the_emulation_and_bfloat16(per_row):
+    """torch._scaled_mm (FP8 tensor cores, compute capability 8.9+) against the same FP8 operands multiplied in
+    float32 (equal up to the bfloat16 result: 2^-8 relative), and against the bfloat16 multiply of the unquantized
+    weight (the FP8 bound of the CPU test)."""
+    cuda_or_skip()
+    from minisgl.quant.fp8 import scaled_mm_applies
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 tensor cores need compute capability 8.9 or later")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.randn(256, 512, generator=g, device="cuda")
+    x = torch.randn(7, 512, generator=g, device="cuda").bfloat16()
+    ws = fp8_scale(w, per_row=per_row).flatten()
+    qw = quantize_fp8(w, ws.reshape(-1, 1) if per_row else ws)
+    assert scaled_mm_applies(x, qw)
+    y = fp8_linear(x, qw, ws)
+    assert y.dtype == torch.bfloat16
+    xs = fp8_scale(x.float(), per_row=True)
+    emulated = (quantize_fp8(x, xs).double() * xs.double()) @ (qw.double() * ws.double().reshape(-1, 1)).t()
+    err = (y.double() - emulated).abs()
+    bound = 2.0**-7 * emulated.abs() + 1e-2
+    bad = first_bad(err.cpu(), bound.cpu())
+    assert bad is None, f"token {bad[0]}, output {bad[1]}: _scaled_mm {float(y[bad]):.6g}, emulated {float(emulated[bad]):.6g}"
+    want = x.double() @ w.double().t()
+    bad = first_bad((y.double() - want).abs().cpu(), (0.13 * (x.double().abs() @ w.double().abs().t()) + 1e-2).cpu())
+    assert bad is None, f"token {bad[0]}, output {bad[1]}: FP8 {float(y[bad]):.6g}, bfloat16 {float(want[bad]):.6g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs("quantize_int8_per_channel", "int8_linear")
+def test_on_the_gpu_int8_linear_matches_float64():
+    cuda_or_skip()
+    w = weights().cuda()
+    q, scale = quantize_int8_per_channel(w)
+    x = torch.randn(6, w.shape[1], device="cuda").bfloat16()
+    y = int8_linear(x, q, scale)
+    wd = q.double() * scale.double()[:, None]
+    want = x.double() @ wd.t()
+    bad = first_bad((y.double() - want).abs().cpu(), (2.0**-7 * (x.double().abs() @ wd.abs().t()) + 1e-6).cpu())
+    assert bad is None, f"row {bad[0]}, output {bad[1]}: got {float(y[bad]):.6g}, expected {float(want[bad]):.6g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*ALL)
+@pytest.mark.parametrize("option", ["int8wo", "fp8", "fp8-kv"])
+def test_on_the_gpu_engine_with_cuda_graphs_agrees_with_float32_over_the_text(option):
+    """bfloat16 on the GPU, CUDA graphs on (decode replays them), auto attention backend (Triton with FP8 KV): the
+    next token over the text's prefixes against HF float32, within the CPU test's bound less 0.05 for bfloat16;
+    then greedy decoding of 16 tokens through the graphs equals the same engine's eager decoding."""
+    cuda_or_skip()
+    options = dict(ENGINE_OPTIONS, **{"fp8-kv": dict(kv_cache_dtype="fp8_e4m3")})[option]
+    ids = text_ids()
+    want = hf_logits("smollm2", ids).argmax(-1)
+    llm = LLM(model_path("smollm2"), device="cuda", max_running_reqs=8, max_seq_len=256, overlap=False, **options)
+    assert llm.engine.graph_runner is not None, "CUDA graphs are on by default on the GPU"
+    outs = llm.generate([ids[:n] for n in PREFIXES], SamplingParams(max_tokens=1))
+    agree = sum(int(o["token_ids"][0] == int(want[n - 1])) for o, n in zip(outs, PREFIXES)) / len(outs)
+    bound = min(ENGINE_TOP1.values()) - 0.05
+    assert agree >= bound, f"{option} on the GPU: next-token agreement {agree:.3f}, bound {bound:.2f}"
+    prompts = [ids[:20], ids[40:70]]
+    graphs = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=16))]
+    eager = LLM(model_path("smollm2"), device="cuda", max_running_reqs=8, max_seq_len=256, overlap=False,
+                cuda_graph_max_bs=0, **options)
+    plain = [o["token_ids"] for o in eager.generate(prompts, SamplingParams(max_tokens=16))]
+    assert graphs == plain, f"{option}: with CUDA graphs {graphs}, eager {plain}"
+    assert_clean(llm)
+
+
+@pytest.mark.gpu
+@needs_triton
+@pytest.mark.stubs("quantize_fp8", "MHAKVCache.store_kv")
+def test_on_the_gpu_fp8_kv_triton_equals_torch_and_flash_attn_is_refused_by_name():
+    cuda_or_skip()
+    prompts = prompt_ids("tiny-qwen3", 3)
+    outs = {}
+    for backend in ("torch", "triton"):
+        llm = fp8_kv_llm(backend, device="cuda", dtype="float32", cuda_graph_max_bs=0)
+        outs[backend] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=8))]
+    assert outs["torch"] == outs["triton"], f"torch {outs['torch']}, triton {outs['triton']}"
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        LLM(model_path("tiny-qwen3"), device="cuda", attention_backend="fa", page_size=256, kv_cache_dtype="fp8_e4m3")
