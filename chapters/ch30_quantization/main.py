@@ -1,7 +1,8 @@
 """Chapter 30 example: SmolLM2 answers the course's questions four ways: float32, weight-only INT8 (int8wo), an FP8 KV
-cache, and both. Each line shows what the linear layers' weights take and how many KV pages the same 64 MB holds (speed is
-`make bench-quant`'s, measured warm over several runs); then the answers, beside float32's. (FP8 weights, --quantization fp8, run on a CPU by
-dequantizing, which checks the numbers but is slow: the chapter's tests run them, the GPU runs them fast.)"""
+cache, and both. Each line shows what the linear layers' weights take and how many KV pages the same 64 MB holds
+(speed is `make bench-quant`'s, measured warm over several runs); then the answers, beside float32's. FP8 weights
+(--quantization fp8) run on a CPU by dequantizing, which checks the numbers but is slow: the chapter's tests run
+them, a GPU with FP8 tensor cores runs them fast."""
 
 from transformers import AutoTokenizer
 
