@@ -274,6 +274,24 @@ def test_engine_next_token_agrees_with_float32_over_the_text(option):
     assert_clean(llm)
 
 
+@pytest.mark.stubs("quantize_int8_per_channel", "int8_linear")
+def test_tensor_parallel_ranks_quantize_their_own_slices():
+    """tp_size 2 (gloo): each rank quantizes the rows (q/k/v, gate/up) or columns (o, down) it holds, a row-parallel
+    rank scaling its partial sum before the all-reduce. The scales of the down and o projections then differ from
+    one rank's (each covers half the inputs), so the greedy tokens are compared over their first 4 only (measured
+    on the reference: the first 6 of every prompt agree)."""
+    prompts = prompt_ids("tiny-qwen3", 3)
+    config = dict(max_running_reqs=4, max_seq_len=128, overlap=False, quantization="int8wo")
+    want = [o["token_ids"] for o in LLM(model_path("tiny-qwen3"), **config).generate(prompts, SamplingParams(max_tokens=4))]
+    llm = LLM(model_path("tiny-qwen3"), tp_size=2, **config)
+    try:
+        got = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=4))]
+    finally:
+        llm.shutdown()
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a == b, f"request {i}: tp_size 2 with int8wo {a}, tp_size 1 {b}"
+
+
 def fp8_kv_llm(backend: str, device: str = "cpu", **kwargs) -> LLM:
     llm = LLM(model_path("tiny-qwen3"), max_running_reqs=4, max_seq_len=128, page_size=4, overlap=False,
               attention_backend=backend, kv_cache_dtype="fp8_e4m3", device=device, **kwargs)

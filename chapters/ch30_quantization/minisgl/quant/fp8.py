@@ -11,6 +11,8 @@ float32 first, which checks the arithmetic but is no faster.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 FP8 = torch.float8_e4m3fn
@@ -31,9 +33,14 @@ def quantize_fp8(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
     raise NotImplementedError("TODO(ch30): quantize_fp8")
 
 
+@lru_cache(maxsize=None)
+def _fp8_tensor_cores(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (8, 9)
+
+
 def scaled_mm_applies(x: torch.Tensor, qweight: torch.Tensor) -> bool:
     """torch._scaled_mm's FP8 kernels: CUDA with compute capability 8.9+, both matrix dims multiples of 16."""
-    if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) < (8, 9):
+    if x.device.type != "cuda" or not _fp8_tensor_cores(x.device.index or 0):
         return False
     out_features, in_features = qweight.shape
     return in_features % 16 == 0 and out_features % 16 == 0

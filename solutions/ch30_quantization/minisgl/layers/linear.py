@@ -23,6 +23,7 @@ from minisgl.distributed import all_reduce, get_tp_info, split_heads
 from minisgl.kernel.cpu_gemm import PackedLinear
 from minisgl.layers.base import BaseOP
 from minisgl.quant import fp8_scale, fp8_linear, int8_linear, quantize_fp8, quantize_int8_per_channel
+from minisgl.quant.int8 import probe_cuda_kernel
 
 
 def divide(n: int, parts: int, what: str) -> int:
@@ -50,6 +51,8 @@ class LinearReplicated(BaseOP):
         if method == "int8wo":
             self.weight, self.weight_scale = quantize_int8_per_channel(self.weight)
             self._gemm = QuantizedGemm(int8_linear, self.weight_scale)
+            if self.weight.device.type == "cuda":
+                probe_cuda_kernel(self.weight.device)
         elif method in ("fp8", "fp8-tensor"):
             self.weight_scale = fp8_scale(self.weight, per_row=method == "fp8").flatten()
             self.weight = quantize_fp8(self.weight, self.weight_scale.reshape(-1, 1) if method == "fp8"
