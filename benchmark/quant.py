@@ -80,7 +80,8 @@ def measure_row(row: str, a, work, sync) -> dict:
         engine["cpu_kv_cache_mb"] = a.kv_mb
     llm = LLM(a.model, **engine, **ROWS[row])
     info = {"row": row, "linear_weight_mb": linear_weight_bytes(llm) / 2**20, "kv_pages": llm.engine.num_pages,
-            "kv_bytes_per_token": llm.engine.kv_bytes_per_token}
+            "kv_bytes_per_token": llm.engine.kv_bytes_per_token,
+            "kv_tokens_per_gb": 2**30 // llm.engine.kv_bytes_per_token}  # at equal memory, whatever else the row used
     got = measure(lambda: run_workloads(llm, work, a.max_tokens, sync), a.runs, warmup_runs=1,
                   on_run=lambda kind, i, r: print(f"  {row} {kind} {i}: " + ", ".join(
                       f"{w} {r[w]['tok_s']:.1f} tok/s" for w in WORKLOADS), flush=True))
@@ -96,14 +97,14 @@ def measure_row(row: str, a, work, sync) -> dict:
 
 def markdown(rows: list[dict], device: str) -> str:
     head = ["row", "batch 1 tok/s", "batch 8 tok/s", "throughput tok/s", "linear weights MB", "KV pages",
-            "same answers as base"]
+            "KV tokens per GB", "same answers as base"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in rows:
         cells = [r["row"]]
         for w in WORKLOADS:
             m = r[f"{w}_tok_s"]
             cells.append(" / ".join(f"{m[s]:.1f}" for s in ("min", "median", "max")))
-        cells += [f"{r['linear_weight_mb']:.1f}", str(r["kv_pages"]), r["same_answers"]]
+        cells += [f"{r['linear_weight_mb']:.1f}", str(r["kv_pages"]), f"{r['kv_tokens_per_gb']:,}", r["same_answers"]]
         lines.append("| " + " | ".join(cells) + " |")
     kv = "the same --kv-mb for every row" if device == "cpu" else "from the memory left after the weights"
     lines.append(f"\ncells: min / median / max over the timed runs; KV pages {kv}")
