@@ -358,15 +358,23 @@ def test_on_the_gpu_fp8_scaled_mm_matches_the_emulation_and_bfloat16(per_row):
 @pytest.mark.gpu
 @pytest.mark.stubs("quantize_int8_per_channel", "int8_linear")
 def test_on_the_gpu_int8_linear_matches_float64():
+    """At 6 rows (torch's INT8 kernel where this torch has a CUDA one, probed first as quantize does) and 24 (the
+    dense path), against float64."""
     cuda_or_skip()
+    from minisgl.quant.int8 import probe_cuda_kernel
+
+    print(f"torch's INT8 kernel on CUDA: {probe_cuda_kernel(torch.device('cuda'))}")
     w = weights().cuda()
     q, scale = quantize_int8_per_channel(w)
-    x = torch.randn(6, w.shape[1], device="cuda").bfloat16()
-    y = int8_linear(x, q, scale)
     wd = q.double() * scale.double()[:, None]
-    want = x.double() @ wd.t()
-    bad = first_bad((y.double() - want).abs().cpu(), (2.0**-7 * (x.double().abs() @ wd.abs().t()) + 1e-6).cpu())
-    assert bad is None, f"row {bad[0]}, output {bad[1]}: got {float(y[bad]):.6g}, expected {float(want[bad]):.6g}"
+    for rows in (6, 24):
+        x = torch.randn(rows, w.shape[1], device="cuda").bfloat16()
+        y = int8_linear(x, q, scale)
+        want = x.double() @ wd.t()
+        bound = 2.0**-7 * (x.double().abs() @ wd.abs().t()) + 1e-6
+        bad = first_bad((y.double() - want).abs().cpu(), bound.cpu())
+        assert bad is None, f"{rows} rows: row {bad[0]}, output {bad[1]}: got {float(y[bad]):.6g}, expected " \
+                            f"{float(want[bad]):.6g}"
 
 
 @pytest.mark.gpu
