@@ -24,7 +24,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd bench-hicache router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd bench-hicache bench-quant router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -241,6 +241,17 @@ bench-hicache: deps  ## chapter 28's measurement: the host KV tier vs the radix 
 	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
 	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.hicache \
 		--out $(BENCH_HICACHE_DIR)/results.json --md $(BENCH_HICACHE_DIR)/table.md $(BENCH_HICACHE_ARGS)
+
+# Chapter 30's measurement: the model's dtype against INT8 weights, FP8 weights and an FP8 KV cache; tokens/s at batch
+# 1, batch 8 and a throughput load, linear-layer weight MB and KV pages, one warm-up then runs (min / median / max).
+# On a GPU: make bench-quant BENCH_QUANT_ARGS="--device cuda" (python -m benchmark.quant -h).
+BENCH_QUANT_DIR  ?= build/bench-quant
+BENCH_QUANT_ARGS ?=
+
+bench-quant: deps  ## chapter 30's measurement: quantized weights and FP8 KV vs the model's dtype (BENCH_QUANT_ARGS="--device cuda" on a GPU)
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.quant \
+		--out $(BENCH_QUANT_DIR)/results.json --md $(BENCH_QUANT_DIR)/table.md $(BENCH_QUANT_ARGS)
 
 # Chapter 22's CPU benchmark: our engine (the final tree) against vLLM's CPU build on SmolLM2-135M, float32 and (where
 # the CPU multiplies bf16 in hardware) bfloat16; batch 1, batch 8 and a throughput workload, the same requests,

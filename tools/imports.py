@@ -27,7 +27,7 @@ LAYERS = [
     ("attention", "models", "layers", "distributed"),
     ("moe",),  # chapter 20: routing and expert compute, used by layers/moe.py
     ("kvcache",),
-    ("kernel",),
+    ("kernel", "quant"),  # quant (30): 8-bit formats and their multiplies, used by layers and the KV pool
     ("core", "env"),
 ]
 

@@ -1,0 +1,418 @@
+"""Chapter 30: quantization. The formats first, each against its own error bound computed in float64: per-channel
+INT8 (half a step of the row's scale per element), e4m3 FP8 (a relative 2^-4, 2^-10 of the scale below the normal
+range, +-448 at most), the INT8 and FP8 multiplies against float64 with bounds derived from those, and the FP8 KV
+pool's write and read. Then SmolLM2 on a fixed text shipped in the repository (tools/data/corpus.txt): its logits,
+top-1 agreement and perplexity with quantized linear layers against float32, within bounds stated below (measured
+on the reference, with a margin); the engine with each option against Hugging Face float32's next token over the
+same text; the KV pool's page count doubling at equal memory; bad flags refused by name.
+
+Measured on the reference (SmolLM2-135M, the first 192 tokens of the corpus, float32 = 1.0), 2 threads: int8wo
+logits relative error 0.023, top-1 0.964, perplexity x1.015; fp8 0.062, 0.901, x1.038; fp8-tensor 0.058, 0.932,
+x1.016. FP8's per-token activation rounding moves with the last bits of float32 sums: on 1 thread fp8 measured
+0.064, 0.875, x1.060, so its bounds cover both.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from functools import lru_cache
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the Triton backend runs in its interpreter
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers import ROOT, needs_triton, assert_clean, hf_greedy, hf_logits, hf_model, model_path, prompt_ids, tokenizer
+from minisgl.core import SamplingParams
+from minisgl.kvcache.mha_pool import MHAKVCache
+from minisgl.llm import LLM
+from minisgl.quant import FP8_MAX, fp8_linear, fp8_scale, int8_linear, quantize_fp8, quantize_int8_per_channel
+
+ALL = ("quantize_int8_per_channel", "int8_linear", "quantize_fp8", "MHAKVCache.store_kv")
+E4M3_REL = 2.0**-4  # 3 mantissa bits: round to nearest is off by at most half a step, 2^-4 of the value
+E4M3_SUB = 2.0**-10  # below 2^-6 (subnormals) the step is 2^-9: half of it, absolutely, times the scale
+TEXT_TOKENS = 192
+# Per method: (logits relative error below, top-1 agreement at least, perplexity ratio at most). Measured values in
+# the module's docstring; each bound leaves a margin for other CPUs' kernels and nothing more.
+QUALITY = {"int8wo": (0.04, 0.93, 1.03), "fp8": (0.09, 0.84, 1.08), "fp8-tensor": (0.09, 0.88, 1.04)}
+
+
+def weights(rows: int = 48, cols: int = 80, seed: int = 0) -> torch.Tensor:
+    """Rows of very different ranges (as real layers have), one row that reaches its range at a negative value."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(rows, cols, generator=g) * torch.logspace(-3, 1, rows)[:, None]
+    w[3, 7] = -w[3].abs().max() * 1.5
+    w[5] = 0.0  # an all-zero row
+    return w
+
+
+def first_bad(err: torch.Tensor, bound: torch.Tensor) -> tuple[int, int] | None:
+    bad = (err > bound).nonzero()
+    return None if not len(bad) else (int(bad[0, 0]), int(bad[0, 1]))
+
+
+# --- INT8: per-channel quantize and the weight-only multiply ------------------------------------------------------
+
+@pytest.mark.stubs("quantize_int8_per_channel")
+def test_int8_scales_are_per_output_row_and_the_round_trip_is_within_half_a_step():
+    w = weights()
+    q, scale = quantize_int8_per_channel(w)
+    assert q.dtype == torch.int8 and tuple(q.shape) == tuple(w.shape), f"q: {q.dtype} {tuple(q.shape)}"
+    assert scale.dtype == torch.float32 and tuple(scale.shape) == (w.shape[0],), \
+        f"one float32 scale per output row expected: got {scale.dtype} of shape {tuple(scale.shape)}"
+    amax = w.abs().amax(dim=1)
+    for r in (0, 3, 47):
+        assert torch.isclose(scale[r], amax[r] / 127, rtol=1e-6), \
+            f"row {r}: scale {float(scale[r]):.6g}, expected amax/127 = {float(amax[r] / 127):.6g}"
+    assert scale[5] > 0, "an all-zero row needs a positive scale (no division by zero)"
+    assert int(q.min()) >= -127 and int(q.max()) <= 127, f"symmetric range [-127, 127]: got [{int(q.min())}, " \
+                                                         f"{int(q.max())}]"
+    assert int(q[3, 7]) == -127, f"row 3's largest magnitude is negative: q = {int(q[3, 7])}, expected -127"
+    err = (q.double() * scale.double()[:, None] - w.double()).abs()
+    bound = scale.double()[:, None] / 2 * (1 + 1e-6)  # round to nearest: half a step, float32's own rounding aside
+    bad = first_bad(err, bound)
+    assert bad is None, (f"row {bad[0]}, column {bad[1]}: |w - q*scale| = {float(err[bad]):.3g} exceeds half a "
+                         f"step {float(bound[bad]):.3g} (w = {float(w[bad]):.6g}, q = {int(q[bad])}): "
+                         f"round to nearest, not toward zero")
+
+
+@pytest.mark.stubs("int8_linear")
+@pytest.mark.parametrize("rows", [6, 24], ids=["decode-sized (the CPU kernel)", "prefill-sized"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_int8_linear_equals_the_dequantized_multiply_in_float64(with_bias, rows):
+    """The multiply against x (q*scale)^T + b in float64, on hand-made codes and scales (rows of very different
+    scales). The CPU kernel takes bfloat16 activations and scales: each product is off by at most about 2^-8 of
+    |x||w| relatively, hence the bound 2^-7 (|x| |W|^T + |b|)."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randint(-127, 128, (48, 80), generator=g, dtype=torch.int8)
+    scale = torch.logspace(-5, -1, 48)
+    x = torch.randn(2, rows // 2, q.shape[1], generator=g)
+    bias = 4 + torch.randn(q.shape[0], generator=g) if with_bias else None
+    y = int8_linear(x, q, scale, bias)
+    assert tuple(y.shape) == (2, rows // 2, q.shape[0]) and y.dtype == x.dtype, f"y: {tuple(y.shape)} {y.dtype}"
+    wd = q.double() * scale.double()[:, None]
+    want = x.double() @ wd.t() + (bias.double() if with_bias else 0)
+    bound = 2.0**-7 * (x.double().abs() @ wd.abs().t() + (bias.double().abs() if with_bias else 0)) + 1e-6
+    err = (y.double() - want).abs()
+    bad = (err > bound).nonzero()
+    assert not len(bad), (f"row {tuple(bad[0][:2].tolist())}, output {int(bad[0][2])}: got {float(y[tuple(bad[0])]):.6g}, "
+                          f"expected {float(want[tuple(bad[0])]):.6g} (bound {float(bound[tuple(bad[0])]):.3g}): the "
+                          f"scale multiplies the product once, after the matmul; the bias is added unscaled")
+
+
+# --- FP8 ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.stubs("quantize_fp8")
+def test_fp8_quantize_within_e4m3s_rounding_and_clamped_instead_of_nan():
+    g = torch.Generator().manual_seed(2)
+    x = torch.cat([torch.randn(64, generator=g) * 100, torch.randn(64, generator=g) * 1e-3,
+                   torch.tensor([500.0, -1000.0, 448.0, 0.0])]).reshape(4, -1)
+    scale = torch.tensor([[0.5], [1.0], [2.0], [0.25]])
+    q = quantize_fp8(x, scale)
+    assert q.dtype == torch.float8_e4m3fn and tuple(q.shape) == tuple(x.shape), f"{q.dtype} {tuple(q.shape)}"
+    back = q.double() * scale.double()
+    assert not torch.isnan(back).any(), f"NaN at {back.isnan().nonzero()[0].tolist()}: clamp to +-448 before the cast"
+    limit = FP8_MAX * scale.double()
+    want = torch.maximum(torch.minimum(x.double(), limit), -limit)  # what e4m3 can hold
+    bound = torch.maximum(E4M3_REL * want.abs(), E4M3_SUB * scale.double()) * (1 + 1e-6)
+    bad = first_bad((back - want).abs(), bound)
+    assert bad is None, (f"row {bad[0]} (scale {float(scale[bad[0]])}), element {bad[1]}: x = {float(x[bad]):.6g}, "
+                         f"read back {float(back[bad]):.6g}, expected within {float(bound[bad]):.3g} of "
+                         f"{float(want[bad]):.6g}")
+
+
+@pytest.mark.stubs("quantize_fp8")
+@pytest.mark.parametrize("per_row", [True, False], ids=["per-channel", "per-tensor"])
+def test_fp8_linear_within_the_bound_of_two_e4m3_operands(per_row):
+    """x and W both e4m3 (x per token, W per row or per tensor): each product is off by at most
+    (1 + 2^-4)^2 - 1 < 0.13 of |x||w|, plus the subnormal floor, which these operands stay above."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(32, 64, generator=g)
+    x = torch.randn(5, 64, generator=g) * 3
+    ws = fp8_scale(w, per_row=per_row).flatten()
+    qw = quantize_fp8(w, ws.reshape(-1, 1) if per_row else ws)
+    assert tuple(ws.shape) == ((32,) if per_row else (1,))
+    bias = torch.randn(32, generator=g)
+    y = fp8_linear(x, qw, ws, bias)
+    want = x.double() @ w.double().t() + bias.double()
+    bound = 0.13 * (x.double().abs() @ w.double().abs().t()) + 1e-4
+    bad = first_bad((y.double() - want).abs(), bound)
+    assert bad is None, f"token {bad[0]}, output {bad[1]}: got {float(y[bad]):.6g}, expected {float(want[bad]):.6g}"
+
+
+# --- the FP8 KV pool ----------------------------------------------------------------------------------------------
+
+@pytest.mark.stubs("quantize_fp8", "MHAKVCache.store_kv")
+def test_fp8_kv_pool_writes_divided_by_each_layers_scale_and_reads_back_within_e4m3():
+    pool = MHAKVCache(num_kv_heads=2, head_dim=16, num_layers=2, num_pages=8, page_size=2, dtype=torch.float8_e4m3fn)
+    assert pool.bytes_per_slot == 2 * 2 * 2 * 16, f"one byte per value: {pool.bytes_per_slot} bytes per slot"
+    k_scales, v_scales = [0.05, 0.5], [0.2, 0.01]
+    pool.set_scales(k_scales, v_scales)
+    g = torch.Generator().manual_seed(4)
+    slots = torch.tensor([3, 0, 9, 14])
+    for layer in (0, 1):
+        k = torch.randn(4, 32, generator=g) * 10 * k_scales[layer]
+        v = torch.randn(4, 32, generator=g) * 10 * v_scales[layer]
+        v[0, 0] = 600 * v_scales[layer]  # past e4m3's range at this scale: clamped to 448 x scale, not NaN
+        pool.store_kv(k, v, slots, layer)
+        for which, x, s, cache in (("k", k, k_scales[layer], pool.k_cache(layer)),
+                                   ("v", v, v_scales[layer], pool.v_cache(layer))):
+            raw = cache[slots].reshape(4, -1)
+            assert raw.dtype == torch.float8_e4m3fn
+            back = pool.dequantize(cache[slots], layer, which, torch.float32).reshape(4, -1).double()
+            want = x.double().clamp(-FP8_MAX * s, FP8_MAX * s)
+            bound = torch.maximum(E4M3_REL * want.abs(), torch.full_like(want, E4M3_SUB * s)) * (1 + 1e-6)
+            bad = first_bad((back - want).abs(), bound)
+            assert bad is None, (f"layer {layer} {which} (scale {s}), slot {int(slots[bad[0]])}, element {bad[1]}: "
+                                 f"stored {float(x[bad]):.6g}, read back {float(back[bad]):.6g} (raw FP8 "
+                                 f"{float(raw[bad].float()):.6g}; expected raw value / scale = {float(want[bad]) / s:.6g})")
+
+
+def test_fp8_kv_doubles_the_pages_of_a_bfloat16_pool_at_equal_memory():
+    counts = {}
+    for kv in ("auto", "fp8_e4m3"):
+        llm = LLM(model_path("tiny-qwen3"), dtype="bfloat16", kv_cache_dtype=kv, cpu_kv_cache_mb=1,
+                  max_running_reqs=64, max_seq_len=512, overlap=False)
+        counts[kv] = llm.engine.num_pages
+        assert llm.engine.kv_cache.k_cache(0).dtype == (torch.bfloat16 if kv == "auto" else torch.float8_e4m3fn)
+    assert counts["fp8_e4m3"] == 2 * counts["auto"], f"pages at 1 MB: {counts} (FP8 stores half the bytes)"
+
+
+def test_bad_flags_are_refused_by_name():
+    from minisgl.engine.config import EngineConfig
+    from minisgl.server.args import parse_args
+
+    path = model_path("tiny-qwen3")
+    with pytest.raises(ValueError, match="quantization"):
+        EngineConfig(path, quantization="int4")
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        EngineConfig(path, kv_cache_dtype="fp8_e5m2")
+    assert "quantization" not in parse_args(["--model", str(path)]).engine_args, "off by default"
+    args = parse_args(["--model", str(path), "--quantization", "int8wo", "--kv-cache-dtype", "fp8_e4m3"])
+    assert args.engine_args["quantization"] == "int8wo" and args.engine_args["kv_cache_dtype"] == "fp8_e4m3"
+    for flag, value in (("--quantization", "awq"), ("--kv-cache-dtype", "int8")):
+        with pytest.raises(SystemExit):
+            parse_args(["--model", str(path), flag, value])
+
+
+# --- SmolLM2 on a fixed text --------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def text_ids() -> list[int]:
+    text = (ROOT / "tools" / "data" / "corpus.txt").read_text()[:1500]
+    return tokenizer("smollm2").encode(text)[:TEXT_TOKENS]
+
+
+def quantized_hf(method: str):
+    """A copy of the HF model whose decoder linear layers multiply through the chapter's functions (the LM head
+    stays float32, as in the engine)."""
+    model = copy.deepcopy(hf_model("smollm2"))
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+            w = mod.weight.data
+            if method == "int8wo":
+                q, s = quantize_int8_per_channel(w)
+                mod.forward = (lambda q, s, b: lambda x: int8_linear(x, q, s, b))(q, s, mod.bias)
+            else:
+                s = fp8_scale(w, per_row=method == "fp8").flatten()
+                q = quantize_fp8(w, s.reshape(-1, 1) if method == "fp8" else s)
+                mod.forward = (lambda q, s, b: lambda x: fp8_linear(x, q, s, b))(q, s, mod.bias)
+    return model
+
+
+def perplexity(logits: torch.Tensor, ids: list[int]) -> float:
+    logp = torch.log_softmax(logits[:-1].double(), dim=-1)
+    return math.exp(-float(logp.gather(1, torch.tensor(ids[1:])[:, None]).mean()))
+
+
+@pytest.mark.stubs("quantize_int8_per_channel", "int8_linear", "quantize_fp8")
+@pytest.mark.parametrize("method", list(QUALITY))
+def test_smollm2_logits_top1_and_perplexity_within_the_methods_bounds(method):
+    ids = text_ids()
+    want = hf_logits("smollm2", ids)
+    with torch.inference_mode():
+        got = quantized_hf(method)(torch.tensor([ids])).logits[0].float()
+    rel_bound, top1_bound, ppl_bound = QUALITY[method]
+    rel = float((got - want).double().norm() / want.double().norm())
+    top1 = float((got.argmax(-1) == want.argmax(-1)).double().mean())
+    ratio = perplexity(got, ids) / perplexity(want, ids)
+    assert rel < rel_bound and top1 >= top1_bound and ratio <= ppl_bound, (
+        f"{method} over {len(ids)} tokens: logits relative error {rel:.4f} (bound {rel_bound}), top-1 agreement "
+        f"{top1:.3f} (bound {top1_bound}), perplexity ratio {ratio:.4f} (bound {ppl_bound})")
+
+
+# --- the engine ---------------------------------------------------------------------------------------------------
+
+ENGINE_OPTIONS = {"int8wo": dict(quantization="int8wo"), "fp8": dict(quantization="fp8"),
+                  "int8wo+fp8-kv": dict(quantization="int8wo", kv_cache_dtype="fp8_e4m3")}
+# Next-token agreement with HF float32 over the text's 48 prefixes below. Measured on the reference: int8wo 1.000,
+# fp8 0.938, fp8 KV alone 0.958, int8wo with fp8 KV 0.979.
+ENGINE_TOP1 = {"int8wo": 0.92, "fp8": 0.85, "int8wo+fp8-kv": 0.9}
+PREFIXES = range(TEXT_TOKENS - 48, TEXT_TOKENS)
+
+
+@pytest.mark.stubs(*ALL)
+@pytest.mark.parametrize("option", list(ENGINE_OPTIONS))
+def test_engine_next_token_agrees_with_float32_over_the_text(option):
+    """The engine with the option predicts the next token of each of 48 prefixes of the text (the prefixes share
+    their KV through the radix cache, so most positions are read back from the pool): against HF float32's argmax."""
+    ids = text_ids()
+    want = hf_logits("smollm2", ids).argmax(-1)
+    llm = LLM(model_path("smollm2"), max_running_reqs=8, max_seq_len=256, overlap=False, **ENGINE_OPTIONS[option])
+    if "quantization" in ENGINE_OPTIONS[option]:
+        proj = llm.engine.model.model.layers[0].mlp.down_proj
+        assert proj.weight.element_size() == 1 and proj.weight_scale is not None, "the linear layers hold 8 bits"
+        assert llm.engine.model.model.embed_tokens.weight.dtype == torch.float32, \
+            "the embedding (SmolLM2's LM head too: tied) stays unquantized"
+    outs = llm.generate([ids[:n] for n in PREFIXES], SamplingParams(max_tokens=1))
+    got = [o["token_ids"][0] for o in outs]
+    agree = sum(int(t == int(want[n - 1])) for t, n in zip(got, PREFIXES)) / len(got)
+    assert agree >= ENGINE_TOP1[option], f"{option}: next-token agreement {agree:.3f} over {len(got)} prefixes, " \
+                                         f"bound {ENGINE_TOP1[option]}"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("quantize_int8_per_channel", "int8_linear")
+def test_tensor_parallel_ranks_quantize_their_own_slices():
+    """tp_size 2 (gloo): each rank quantizes the rows (q/k/v, gate/up) or columns (o, down) it holds, a row-parallel
+    rank scaling its partial sum before the all-reduce. The scales of the down and o projections then differ from
+    one rank's (each covers half the inputs), so the greedy tokens are compared over their first 4 only (measured
+    on the reference: the first 6 of every prompt agree)."""
+    prompts = prompt_ids("tiny-qwen3", 3)
+    config = dict(max_running_reqs=4, max_seq_len=128, overlap=False, quantization="int8wo")
+    want = [o["token_ids"] for o in LLM(model_path("tiny-qwen3"), **config).generate(prompts, SamplingParams(max_tokens=4))]
+    llm = LLM(model_path("tiny-qwen3"), tp_size=2, **config)
+    try:
+        got = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=4))]
+    finally:
+        llm.shutdown()
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a == b, f"request {i}: tp_size 2 with int8wo {a}, tp_size 1 {b}"
+
+
+def fp8_kv_llm(backend: str, device: str = "cpu", **kwargs) -> LLM:
+    llm = LLM(model_path("tiny-qwen3"), max_running_reqs=4, max_seq_len=128, page_size=4, overlap=False,
+              attention_backend=backend, kv_cache_dtype="fp8_e4m3", device=device, **kwargs)
+    layers = llm.engine.model_config.num_layers
+    # scales other than 1.0, different per layer and for keys and values: a scale used twice, never, or from the
+    # wrong layer changes the answers
+    llm.engine.kv_cache.set_scales([0.5 + 0.25 * i for i in range(layers)], [2.0 - 0.5 * i for i in range(layers)])
+    return llm
+
+
+@needs_triton
+@pytest.mark.stubs("quantize_fp8", "MHAKVCache.store_kv")
+def test_fp8_kv_with_the_triton_kernels_equals_the_torch_backend():
+    """Both backends read the same FP8 bytes with per-layer scales (the Triton kernels convert in the kernel and take
+    the scales outside the sums): the same greedy tokens on tiny-qwen3 (under Triton's CPU interpreter here)."""
+    prompts = prompt_ids("tiny-qwen3", 3)
+    outs = {}
+    for backend in ("torch", "triton"):
+        llm = fp8_kv_llm(backend)
+        outs[backend] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=8))]
+        assert_clean(llm)
+    for i, (a, b) in enumerate(zip(outs["torch"], outs["triton"])):
+        assert a == b, f"request {i}: torch backend {a}, triton backend {b}"
+
+
+# --- the GPU -------------------------------------------------------------------------------------------------------
+
+def cuda_or_skip() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs("quantize_fp8")
+@pytest.mark.parametrize("per_row", [True, False], ids=["per-channel", "per-tensor"])
+def test_on_the_gpu_fp8_scaled_mm_matches_the_emulation_and_bfloat16(per_row):
+    """torch._scaled_mm (FP8 tensor cores, compute capability 8.9+) against the same FP8 operands multiplied in
+    float32 (equal up to the bfloat16 result: 2^-8 relative), and against the bfloat16 multiply of the unquantized
+    weight (the FP8 bound of the CPU test)."""
+    cuda_or_skip()
+    from minisgl.quant.fp8 import scaled_mm_applies
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 tensor cores need compute capability 8.9 or later")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.randn(256, 512, generator=g, device="cuda")
+    x = torch.randn(7, 512, generator=g, device="cuda").bfloat16()
+    ws = fp8_scale(w, per_row=per_row).flatten()
+    qw = quantize_fp8(w, ws.reshape(-1, 1) if per_row else ws)
+    assert scaled_mm_applies(x, qw)
+    y = fp8_linear(x, qw, ws)
+    assert y.dtype == torch.bfloat16
+    xs = fp8_scale(x.float(), per_row=True)
+    emulated = (quantize_fp8(x, xs).double() * xs.double()) @ (qw.double() * ws.double().reshape(-1, 1)).t()
+    err = (y.double() - emulated).abs()
+    bound = 2.0**-7 * emulated.abs() + 1e-2
+    bad = first_bad(err.cpu(), bound.cpu())
+    assert bad is None, f"token {bad[0]}, output {bad[1]}: _scaled_mm {float(y[bad]):.6g}, emulated {float(emulated[bad]):.6g}"
+    want = x.double() @ w.double().t()
+    bad = first_bad((y.double() - want).abs().cpu(), (0.13 * (x.double().abs() @ w.double().abs().t()) + 1e-2).cpu())
+    assert bad is None, f"token {bad[0]}, output {bad[1]}: FP8 {float(y[bad]):.6g}, bfloat16 {float(want[bad]):.6g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs("quantize_int8_per_channel", "int8_linear")
+def test_on_the_gpu_int8_linear_matches_float64():
+    """At 6 rows (torch's INT8 kernel where this torch has a CUDA one, probed first as quantize does) and 24 (the
+    dense path), against float64."""
+    cuda_or_skip()
+    from minisgl.quant.int8 import probe_cuda_kernel
+
+    print(f"torch's INT8 kernel on CUDA: {probe_cuda_kernel(torch.device('cuda'))}")
+    w = weights().cuda()
+    q, scale = quantize_int8_per_channel(w)
+    wd = q.double() * scale.double()[:, None]
+    for rows in (6, 24):
+        x = torch.randn(rows, w.shape[1], device="cuda").bfloat16()
+        y = int8_linear(x, q, scale)
+        want = x.double() @ wd.t()
+        bound = 2.0**-7 * (x.double().abs() @ wd.abs().t()) + 1e-6
+        bad = first_bad((y.double() - want).abs().cpu(), bound.cpu())
+        assert bad is None, f"{rows} rows: row {bad[0]}, output {bad[1]}: got {float(y[bad]):.6g}, expected " \
+                            f"{float(want[bad]):.6g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.stubs(*ALL)
+@pytest.mark.parametrize("option", ["int8wo", "fp8", "fp8-kv"])
+def test_on_the_gpu_engine_with_cuda_graphs_agrees_with_float32_over_the_text(option):
+    """bfloat16 on the GPU, CUDA graphs on (decode replays them), auto attention backend (Triton with FP8 KV): the
+    next token over the text's prefixes against HF float32, within the CPU test's bound less 0.05 for bfloat16;
+    then greedy decoding of 16 tokens through the graphs equals the same engine's eager decoding."""
+    cuda_or_skip()
+    options = dict(ENGINE_OPTIONS, **{"fp8-kv": dict(kv_cache_dtype="fp8_e4m3")})[option]
+    ids = text_ids()
+    want = hf_logits("smollm2", ids).argmax(-1)
+    llm = LLM(model_path("smollm2"), device="cuda", max_running_reqs=8, max_seq_len=256, overlap=False, **options)
+    assert llm.engine.graph_runner is not None, "CUDA graphs are on by default on the GPU"
+    outs = llm.generate([ids[:n] for n in PREFIXES], SamplingParams(max_tokens=1))
+    agree = sum(int(o["token_ids"][0] == int(want[n - 1])) for o, n in zip(outs, PREFIXES)) / len(outs)
+    bound = min(ENGINE_TOP1.values()) - 0.05
+    assert agree >= bound, f"{option} on the GPU: next-token agreement {agree:.3f}, bound {bound:.2f}"
+    prompts = [ids[:20], ids[40:70]]
+    graphs = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=16))]
+    eager = LLM(model_path("smollm2"), device="cuda", max_running_reqs=8, max_seq_len=256, overlap=False,
+                cuda_graph_max_bs=0, **options)
+    plain = [o["token_ids"] for o in eager.generate(prompts, SamplingParams(max_tokens=16))]
+    assert graphs == plain, f"{option}: with CUDA graphs {graphs}, eager {plain}"
+    assert_clean(llm)
+
+
+@pytest.mark.gpu
+@needs_triton
+@pytest.mark.stubs("quantize_fp8", "MHAKVCache.store_kv")
+def test_on_the_gpu_fp8_kv_triton_equals_torch_and_flash_attn_is_refused_by_name():
+    cuda_or_skip()
+    prompts = prompt_ids("tiny-qwen3", 3)
+    outs = {}
+    for backend in ("torch", "triton"):
+        llm = fp8_kv_llm(backend, device="cuda", dtype="float32", cuda_graph_max_bs=0)
+        outs[backend] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(max_tokens=8))]
+    assert outs["torch"] == outs["triton"], f"torch {outs['torch']}, triton {outs['triton']}"
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        LLM(model_path("tiny-qwen3"), device="cuda", attention_backend="fa", page_size=256, kv_cache_dtype="fp8_e4m3")
