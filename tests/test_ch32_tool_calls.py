@@ -316,16 +316,16 @@ def ask(client, **fields):
 @pytest.mark.stubs("tool_call_grammar", "parse_tool_calls")
 @pytest.mark.parametrize("name", list(SCHEMAS))
 def test_a_forced_call_parses_and_validates_over_seeds_and_temperatures(client, name):
-    """Named and required tool_choice, greedy and sampled (four choices a request, each seeded): every answer is
-    calls only, each of a function offered, its arguments a JSON string that validates against its schema."""
+    """Named and required tool_choice, sampled at two temperatures (choices of their own seeds): every answer is
+    calls only, each of a function offered, its arguments a JSON string that validates against its schema (greedy
+    answers are checked by the streaming test)."""
     import jsonschema
 
     tools = [tool(name), tool("weather" if name != "weather" else "note")]
-    for choice, temperature, seed in [({"type": "function", "function": {"name": name}}, 0.0, 0),
-                                      ({"type": "function", "function": {"name": name}}, 1.0, 1),
+    for choice, temperature, seed in [({"type": "function", "function": {"name": name}}, 1.0, 1),
                                       ("required", 1.3, 2)]:
-        r = ask(client, tools=tools, tool_choice=choice, temperature=temperature, seed=seed,
-                n=1 if temperature == 0 else 3, parallel_tool_calls=False, max_tokens=200)
+        r = ask(client, tools=tools, tool_choice=choice, temperature=temperature, seed=seed, n=3,
+                parallel_tool_calls=False, max_tokens=200)
         for c in r.choices:
             where = f"{name}, tool_choice {choice}, temperature {temperature}, seed {seed}, choice {c.index}"
             calls = c.message.tool_calls
@@ -413,7 +413,7 @@ THINK = 'root ::= "<think>" [a-z ]{1,24} "</think>" [a-z .]{1,16}'
 def test_thinking_goes_to_reasoning_content_streamed_or_not(client):
     """SmolLM2 never thinks: a chapter-25 grammar makes it write <think>...</think> then an answer. The raw text
     (separate_reasoning false) split by the parser is what the server answers, streamed or not."""
-    for seed in range(3):
+    for seed in range(2):
         fields = dict(temperature=1.0, seed=seed, max_tokens=60, extra_body={"ebnf": THINK})
         raw = ask(client, **fields | {"extra_body": {"ebnf": THINK, "separate_reasoning": False}})
         raw_text = raw.choices[0].message.content
