@@ -37,7 +37,7 @@ with LocalServer(path, *flags, echo=False) as server:
     print(f"   the arguments parse, the city is in the enum, 1 <= days <= 7: "
           f"{args['city'] in schema['properties']['city']['enum'] and 1 <= args['days'] <= 7}")
 
-    print("\n2. the same request streamed: the first delta names the call, the next ones carry its arguments")
+    print("\n2. tool_choice required, streamed: the first delta of a call names it, the next ones carry its arguments")
     pieces = []
     for chunk in ask(tools=[WEATHER], tool_choice="required", stream=True):
         for t in chunk.choices[0].delta.tool_calls or []:
@@ -51,7 +51,7 @@ with LocalServer(path, *flags, echo=False) as server:
     print(f"   finish_reason="
           f"{final.finish_reason!r}: {final.message.content!r}")
 
-    print("\n4. tool_choice auto: SmolLM2 (135M, never trained on this format) answers in words")
+    print("\n4. tool_choice auto: SmolLM2 (135M, never trained on this format) writes prose")
     auto = ask(tools=[WEATHER], max_tokens=40).choices[0]
     print(f"   finish_reason={auto.finish_reason!r} tool_calls={auto.message.tool_calls} content={auto.message.content!r}")
 
