@@ -453,3 +453,14 @@ def test_bad_tool_requests_are_a_400_naming_the_field_and_the_server_goes_on(cli
             ask(client, **fields)
         assert refused.value.body["param"] == param, f"{fields}: {refused.value.body}"
         assert ask(client, temperature=0, max_tokens=2).choices[0].message.content, "the server answers after it"
+
+
+def test_without_tools_a_call_shaped_answer_stays_content(client):
+    """A chat with no tools (or tool_choice none) is not parsed for calls, even when its text looks like one."""
+    shaped = 'root ::= "<tool_call>\\n{\\"name\\": \\"weather\\", \\"arguments\\": {}}\\n</tool_call>"'
+    for fields in ({}, {"tools": [tool("weather")], "tool_choice": "none"}):
+        r = ask(client, temperature=0, max_tokens=40, **fields,
+                extra_body={"ebnf": shaped, "chat_template_kwargs": {"enable_thinking": False}}).choices[0]
+        assert r.message.tool_calls is None and r.message.content == block("weather", "{}"), \
+            f"{fields or 'no tools'}: the text is content, not a call: {r}"
+        assert r.finish_reason == "stop", f"{fields or 'no tools'}: {r.finish_reason}"

@@ -96,7 +96,7 @@ class OpenAIServingChat(OpenAIServing):
         plan, reasoning, calls = self.plan, None, []
         if self.parsing and plan.thinking is not None:
             reasoning, text = split_reasoning(text, plan.thinking)
-        if self.parsing and plan.tool_choice != "none":
+        if self.parsing and plan.tool_choice not in (None, "none"):
             text, calls = parse_tool_calls(text)
             calls = calls[:plan.max_calls]
         message = {"role": "assistant", "content": None if calls and not text else text}

@@ -142,8 +142,8 @@ class ToolCallStream:
                 self.buffer = self.buffer[len(self.buffer) - keep:]
                 return False
             self._content(self.buffer[:start], delta)
-            self.buffer, self.in_block, self.named, self.sent_args = self.buffer[start + len(CALL_START):], True, \
-                False, 0
+            self.buffer = self.buffer[start + len(CALL_START):]
+            self.in_block, self.named, self.sent_args = True, False, 0
             return True
         end = self.buffer.find(CALL_END)
         if end >= 0:
