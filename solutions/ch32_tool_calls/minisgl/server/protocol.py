@@ -2,7 +2,7 @@
 
 Requests are parsed strictly (a string is not a number, a bool is not an integer) and unknown fields are refused:
 a parameter the engine would ignore is a 400 naming it, never dropped in silence. Parameters OpenAI defines but
-the engine does not support (best_of > 1, echo, suffix, tools) are accepted only at their do-nothing values.
+the engine does not support (best_of > 1, echo, suffix) are accepted only at their do-nothing values.
 Chapter 24 adds the sampling API: n, logprobs (and top_logprobs), presence_penalty, frequency_penalty and
 logit_bias under OpenAI's names and shapes, repetition_penalty, min_p and min_tokens under SGLang's and vLLM's.
 Chapter 25 adds structured output: OpenAI's response_format (json_object, json_schema) on both endpoints, and
