@@ -459,7 +459,7 @@ def test_without_tools_a_call_shaped_answer_stays_content(client):
     """A chat with no tools (or tool_choice none) is not parsed for calls, even when its text looks like one."""
     shaped = 'root ::= "<tool_call>\\n{\\"name\\": \\"weather\\", \\"arguments\\": {}}\\n</tool_call>"'
     for fields in ({}, {"tools": [tool("weather")], "tool_choice": "none"}):
-        r = ask(client, temperature=0, max_tokens=40, **fields,
+        r = ask(client, temperature=0, max_tokens=80, **fields,
                 extra_body={"ebnf": shaped, "chat_template_kwargs": {"enable_thinking": False}}).choices[0]
         assert r.message.tool_calls is None and r.message.content == block("weather", "{}"), \
             f"{fields or 'no tools'}: the text is content, not a call: {r}"
