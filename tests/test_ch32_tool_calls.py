@@ -204,6 +204,18 @@ def test_tool_choice_builds_the_grammar_of_its_calls(grammars):
     assert not accepts(grammars, named, booking + "\n" + booking), "a named tool_choice is one call"
 
 
+@pytest.mark.stubs("tool_call_grammar")
+def test_a_schema_that_says_root_keeps_its_words(grammars):
+    """xgrammar names a schema's rule `root`; renaming that rule must leave a property or a value called "root"
+    alone (a file tool's argument, say), or the grammar would force another name than the schema's."""
+    schema = {"type": "object", "properties": {"root": {"type": "string", "enum": ["root", "home"]}},
+              "required": ["root"], "additionalProperties": False}
+    functions = functions_of([{"type": "function", "function": {"name": "list_dir", "parameters": schema}}])
+    grammar = tool_call_grammar(functions, "list_dir", True)
+    text = block("list_dir", '{"root": "root"}')
+    assert accepts(grammars, grammar, text), f"a call whose property and value are named root was refused: {text!r}"
+
+
 # --- the requests -----------------------------------------------------------------------------------------------
 
 CHAT = [{"role": "user", "content": "What is the weather in Paris?"}]

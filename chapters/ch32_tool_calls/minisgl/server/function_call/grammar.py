@@ -22,6 +22,7 @@ from minisgl.server.function_call.tool_parser import CALL_END, CALL_START
 from minisgl.server.function_call.tools import Function, ToolError
 
 MAX_PARALLEL_CALLS = 4
+_ROOT_OUTSIDE_LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\broot\b')
 
 
 def call_schema(function: Function) -> dict:
@@ -39,7 +40,8 @@ def schema_ebnf(schema: dict, rule: str) -> str:
         grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
     except (RuntimeError, ValueError, TypeError) as e:
         raise ValueError(re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e)).strip()) from None
-    return re.sub(r"\broot\b", rule, str(grammar))
+    # only the rule's name: a string literal or a character class may hold the word too ("\"root\"", a property's name)
+    return _ROOT_OUTSIDE_LITERALS.sub(lambda m: rule if m.group(0) == "root" else m.group(0), str(grammar))
 
 
 def check_schemas(functions: list[Function]) -> None:
