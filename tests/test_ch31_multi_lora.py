@@ -398,3 +398,46 @@ def test_on_the_gpu_a_mixed_batch_with_cuda_graphs_equals_each_merged_model(lora
     outputs = llm.generate([ids for ids, _ in rows],
                            [SamplingParams(max_tokens=TOKENS, ignore_eos=True, lora_name=n) for _, n in rows])
     check_rows("tiny-qwen3", folders, rows, outputs)
+
+
+# --- the server: the OpenAI `model` field selects the adapter ------------------------------------------------------
+
+@pytest.mark.stubs("lora_delta_torch", "prefix_key")
+def test_the_server_selects_adapters_by_the_model_field_and_refuses_unknown_ones(loras):
+    import httpx
+    from minisgl.server.local import LocalServer
+
+    # On the skeleton the stubs fail here, in the test, rather than inside the server's scheduler process.
+    lora_delta_torch(torch.zeros(1, 2), torch.zeros(1, 1, 2), torch.zeros(1, 2, 1), torch.ones(1),
+                     torch.zeros(1, dtype=torch.int32))
+    prefix_key([1], 1)
+    folders = loras["tiny-qwen3"]
+    flags = ("--max-running-reqs", "8", "--max-seq-len", "96", "--cpu-kv-cache-mb", "16", "--enable-lora",
+             "--lora-paths", f"alpha={folders['alpha']}", f"beta={folders['beta']}", "--max-loras-per-batch", "2",
+             "--max-lora-rank", "8")
+    ids = prompts("tiny-qwen3")[1]
+    with LocalServer(model_path("tiny-qwen3"), *flags, echo=False) as server:
+        base = "tiny-qwen3"
+        listed = httpx.get(server.url + "/v1/models", timeout=60).json()["data"]
+        cards = {c["id"]: c for c in listed}
+        assert set(cards) == {base, "alpha", "beta"}, f"/v1/models lists {sorted(cards)}"
+        assert cards["alpha"]["parent"] == base and cards["alpha"]["root"] == folders["alpha"], \
+            f"an adapter's card names its base model as parent: {cards['alpha']}"
+        for model, adapter in ((base, None), ("alpha", "alpha"), (f"{base}:beta", "beta"), ("beta", "beta")):
+            r = httpx.post(server.url + "/v1/completions", timeout=120,
+                           json={"model": model, "prompt": TEXTS[1], "max_tokens": TOKENS, "temperature": 0,
+                                 "ignore_eos": True})
+            assert r.status_code == 200, f"model {model!r}: HTTP {r.status_code} {r.text}"
+            got = tokenizer("tiny-qwen3").encode(r.json()["choices"][0]["text"])
+            want = hf_lora_greedy("tiny-qwen3", adapter, folders.get(adapter), ids, TOKENS)
+            assert got == tokenizer("tiny-qwen3").encode(tokenizer("tiny-qwen3").decode(want)), \
+                f"model {model!r} (adapter {adapter}): got tokens {got}, HF greedy gives {want}"
+        for model in ("zeta", f"{base}:zeta"):
+            r = httpx.post(server.url + "/v1/completions", timeout=60,
+                           json={"model": model, "prompt": TEXTS[1], "max_tokens": 2})
+            error = r.json().get("error", {})
+            assert r.status_code == 400 and error.get("param") == "model", \
+                f"an unknown adapter {model!r}: HTTP {r.status_code} {r.text} (expected 400 naming `model`)"
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                       json={"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert r.status_code == 200, f"the server keeps serving after the refusals: HTTP {r.status_code} {r.text}"
