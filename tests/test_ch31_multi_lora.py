@@ -114,6 +114,19 @@ def test_each_row_gets_the_delta_of_its_own_slot_and_base_rows_get_none():
                                                        f"{want[:3].tolist()}")
 
 
+@pytest.mark.stubs("lora_delta_torch")
+def test_the_grouped_form_for_long_prefills_equals_the_gathered_one():
+    from minisgl.lora.delta import lora_delta_grouped
+
+    a, b, scaling = stacked(seed=4)
+    x = torch.randn(9, a.shape[2], generator=torch.Generator().manual_seed(2))
+    slots = torch.tensor([2, 2, -1, 0, 0, 0, -1, 1, 2], dtype=torch.int32)
+    want = lora_delta_torch(x, a, b, scaling, slots)
+    got = lora_delta_grouped(x, a, b, scaling, slots)
+    err = float((got - want).abs().max())
+    assert err <= 1e-5 * float(want.abs().max()), f"grouped and gathered forms differ by {err:.3g}"
+
+
 @pytest.mark.stubs("LoraTarget.add_to")
 def test_a_merged_layer_adds_every_part_into_its_own_slice():
     q, kv, n_in = 8, 4, 12

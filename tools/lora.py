@@ -42,18 +42,26 @@ def make_adapter(base: str | Path, out: str | Path, rank: int = 8, targets: str 
     scaling = alpha / rank
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
-    with safe_open(str(Path(base) / "model.safetensors"), "pt") as f:
-        layers = sorted({int(k.split(".")[2]) for k in f.keys() if k.startswith("model.layers.")})
-        for i in layers:
-            for t in names:
-                w = f.get_tensor(f"model.layers.{i}.{SHORT[t]}.weight").float()
-                n_out, n_in = w.shape
-                a = torch.randn(rank, n_in, generator=gen) / math.sqrt(n_in)
-                b_std = strength * w.std().item() * math.sqrt(n_in) / (scaling * math.sqrt(rank))
-                b = torch.randn(n_out, rank, generator=gen) * b_std
-                prefix = f"base_model.model.model.layers.{i}.{SHORT[t]}"
-                tensors[f"{prefix}.lora_A.weight"] = a.contiguous()
-                tensors[f"{prefix}.lora_B.weight"] = b.contiguous()
+    files = sorted(Path(base).glob("*.safetensors"))  # one file, or the shards of a large model
+    where = {}
+    for file in files:
+        with safe_open(str(file), "pt") as f:
+            where.update((k, file) for k in f.keys())
+    if not where:
+        raise ValueError(f"base: no safetensors weights in {str(base)!r}")
+    layers = sorted({int(k.split(".")[2]) for k in where if k.startswith("model.layers.")})
+    for i in layers:
+        for t in names:
+            key = f"model.layers.{i}.{SHORT[t]}.weight"
+            with safe_open(str(where[key]), "pt") as f:
+                w = f.get_tensor(key).float()
+            n_out, n_in = w.shape
+            a = torch.randn(rank, n_in, generator=gen) / math.sqrt(n_in)
+            b_std = strength * w.std().item() * math.sqrt(n_in) / (scaling * math.sqrt(rank))
+            b = torch.randn(n_out, rank, generator=gen) * b_std
+            prefix = f"base_model.model.model.layers.{i}.{SHORT[t]}"
+            tensors[f"{prefix}.lora_A.weight"] = a.contiguous()
+            tensors[f"{prefix}.lora_B.weight"] = b.contiguous()
     config = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(base), "r": rank,
         "lora_alpha": alpha, "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,

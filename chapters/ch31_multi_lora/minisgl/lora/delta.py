@@ -20,7 +20,28 @@ def lora_delta(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: torch
         from minisgl.kernel.triton.lora import lora_delta_triton
 
         return lora_delta_triton(x, a, b, scaling, slots)
+    if x.shape[0] > GATHER_MAX_TOKENS:
+        return lora_delta_grouped(x, a, b, scaling, slots)
     return lora_delta_torch(x, a, b, scaling, slots)
+
+
+# Above this many tokens (a prefill) the CPU groups rows by adapter: the gathered form copies every token's A and B
+# ([tokens, rank, in] and [tokens, out, rank] per projection), which for a 512-token prompt is tens of megabytes per
+# layer, while a decode step's few rows gather little.
+GATHER_MAX_TOKENS = 64
+
+
+def lora_delta_grouped(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: torch.Tensor,
+                       slots: torch.Tensor) -> torch.Tensor:
+    """The same delta as lora_delta_torch, as two plain matmuls per adapter present (SGLang's and Punica's segment
+    form). Finding the adapters present reads the slots on the host: cheap on a CPU, a sync on a GPU."""
+    out = x.new_zeros(x.shape[0], b.shape[1])
+    for s in slots.unique().tolist():
+        if s < 0:
+            continue
+        rows = (slots == s).nonzero().squeeze(1)
+        out[rows] = (x[rows] @ a[s].T) @ b[s].T * scaling[s].to(x.dtype)
+    return out
 
 
 def lora_delta_torch(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: torch.Tensor,

@@ -85,11 +85,14 @@ class LoraBuffers:
             ba[slot, : adapter.rank].copy_(a.to(self.dtype), non_blocking=True)
             bb[slot, :, : adapter.rank].copy_(b.to(self.dtype), non_blocking=True)
 
-    def token_slots(self, batch: Batch) -> torch.Tensor:
+    def token_slots(self, batch: Batch) -> torch.Tensor | None:
         """The slot of every token of a prepared batch, in the order of its flattened tokens (a request's extend
         tokens one after another). Written into the static buffer when it fits (the rest set to -1), so a
-        replayed CUDA graph reads it; a larger prefill gets a tensor of its own."""
+        replayed CUDA graph reads it; a larger prefill gets a tensor of its own. None (the layers skip LoRA) when
+        no request has an adapter, except on a GPU, where a captured graph runs the LoRA kernels anyway."""
         per_req = np.fromiter((r.lora_slot for r in batch.reqs), dtype=np.int32, count=batch.size)
+        if self.device.type != "cuda" and (per_req < 0).all():
+            return None
         lengths = np.fromiter((r.extend_len for r in batch.reqs), dtype=np.int64, count=batch.size)
         host = torch.from_numpy(np.repeat(per_req, lengths))
         if len(host) > len(self.static_slots):
