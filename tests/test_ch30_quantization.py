@@ -19,10 +19,11 @@ import math
 import os
 from functools import lru_cache
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the Triton backend runs in its interpreter
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+if not torch.cuda.is_available():  # before triton is imported: on a CPU the Triton backend runs in its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from helpers import ROOT, needs_triton, assert_clean, hf_greedy, hf_logits, hf_model, model_path, prompt_ids, tokenizer
 from minisgl.core import SamplingParams
