@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: its kernels run in the interpreter
-
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+if not torch.cuda.is_available():  # before triton is imported: on a CPU its kernels run in the interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from helpers import TEXTS, assert_clean, hf_cached, hf_greedy, model_path, needs_triton, tokenizer  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
@@ -359,6 +360,7 @@ def test_adapters_load_and_unload_while_serving(loras, tmp_path):
 # --- the Triton kernel ---------------------------------------------------------------------------------------------
 
 @needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the kernel runs for real (the gpu tests)")
 @pytest.mark.parametrize("rank", [1, 8, 16])
 def test_the_triton_kernel_matches_the_torch_math_in_the_interpreter(rank):
     from minisgl.kernel.triton.lora import lora_delta_triton
