@@ -1,7 +1,8 @@
 """python -m benchmark.lora: chapter 31's measurement, what LoRA adapters cost a batch.
 
     python -m benchmark.lora --model models/smollm2 --runs 3 --out build/bench-lora/results.json
-    python -m benchmark.lora --device cuda --model PATH        # on a GPU (bfloat16, CUDA graphs for decode)
+    python -m benchmark.lora --device cuda --model build/bench/qwen3-0.6b-random   # on a GPU (bfloat16, CUDA graphs);
+                                                    # that model is made with random weights if the folder is missing
 
 Rows: "off" (the engine without LoRA), then the engine with --enable-lora and 8 adapter slots, its requests using
 0 adapters (every row the base model: the LoRA path runs with slot -1 everywhere), 1 adapter (all rows the same
@@ -116,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from tools.lora import make_adapter
 
+    if a.device.startswith("cuda") and not (Path(a.model) / "config.json").exists():
+        from minisgl.benchmark.random_model import make_model
+
+        print(f"== making a random Qwen3-0.6B-shaped model in {a.model}", flush=True)
+        make_model(a.model)
     vocab = AutoConfig.from_pretrained(a.model).vocab_size
     work = {"batch8": requests(8, a.prompt_len, vocab, a.seed),
             "throughput": requests(a.throughput_reqs, a.prompt_len, vocab, a.seed + 1)}
