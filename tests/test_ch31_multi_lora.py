@@ -456,3 +456,28 @@ def test_the_server_selects_adapters_by_the_model_field_and_refuses_unknown_ones
         r = httpx.post(server.url + "/v1/chat/completions", timeout=120,
                        json={"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert r.status_code == 200, f"the server keeps serving after the refusals: HTTP {r.status_code} {r.text}"
+        # Loaded and unloaded while serving: SGLang's route, then vLLM's.
+        r = httpx.post(server.url + "/load_lora_adapter", timeout=60,
+                       json={"lora_name": "gamma", "lora_path": folders["gamma"]})
+        assert r.status_code == 200, f"/load_lora_adapter: HTTP {r.status_code} {r.text}"
+        assert "gamma" in {c["id"] for c in httpx.get(server.url + "/v1/models", timeout=60).json()["data"]}
+        r = httpx.post(server.url + "/v1/completions", timeout=120,
+                       json={"model": "gamma", "prompt": TEXTS[1], "max_tokens": TOKENS, "temperature": 0,
+                             "ignore_eos": True})
+        got = tokenizer("tiny-qwen3").encode(r.json()["choices"][0]["text"])
+        want = hf_lora_greedy("tiny-qwen3", "gamma", folders["gamma"], ids, TOKENS)
+        assert got == tokenizer("tiny-qwen3").encode(tokenizer("tiny-qwen3").decode(want)), \
+            f"an adapter loaded through the route: got tokens {got}, HF greedy gives {want}"
+        r = httpx.post(server.url + "/v1/load_lora_adapter", timeout=60,
+                       json={"lora_name": "bad", "lora_path": folders["gamma"] + "-missing"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "lora_path", \
+            f"a folder that does not exist: HTTP {r.status_code} {r.text} (expected 400 naming lora_path)"
+        r = httpx.post(server.url + "/v1/unload_lora_adapter", timeout=60, json={"lora_name": "gamma"})
+        assert r.status_code == 200, f"/v1/unload_lora_adapter: HTTP {r.status_code} {r.text}"
+        r = httpx.post(server.url + "/v1/completions", timeout=60,
+                       json={"model": "gamma", "prompt": TEXTS[1], "max_tokens": 2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "model", \
+            f"an unloaded adapter: HTTP {r.status_code} {r.text} (expected 400 naming `model`)"
+        r = httpx.post(server.url + "/unload_lora_adapter", timeout=60, json={"lora_name": "gamma"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "lora_name", \
+            f"unloading an adapter twice: HTTP {r.status_code} {r.text} (expected 400 naming lora_name)"

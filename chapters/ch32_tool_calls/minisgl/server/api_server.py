@@ -21,10 +21,11 @@ from pathlib import Path
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel, ConfigDict
 
 from minisgl.server.args import ServerArgs
 from minisgl.server.errors import APIError, add_error_handlers
-from minisgl.server.frontend import Frontend
+from minisgl.server.frontend import Frontend, lora_adapter
 from minisgl.server.launch import Workers
 from minisgl.server.metrics import Metrics
 from minisgl.server.native import ROUTER_NO_MODEL, add_native_routes
@@ -57,6 +58,14 @@ class APIKeyMiddleware:
                 await refused.response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class LoraAdapterRequest(BaseModel):
+    """Chapter 31: the body of POST /load_lora_adapter and /unload_lora_adapter (SGLang's and vLLM's field names)."""
+
+    model_config = ConfigDict(extra="forbid")
+    lora_name: str
+    lora_path: str | None = None
 
 
 def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_size: int = 1) -> FastAPI:
@@ -117,6 +126,30 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
     async def model_card(name: str) -> dict:
         adapter = check_model(name)
         return card if adapter is None else cards[adapter]
+
+    async def load_lora_adapter(body: LoraAdapterRequest) -> dict:
+        """Chapter 31: load an adapter while serving; a 400 naming the field when it cannot be loaded."""
+        if adapters is None:
+            raise APIError(400, "LoRA is off: start the server with --enable-lora", param="lora_name")
+        if not body.lora_path:
+            raise APIError(400, "lora_path is required to load an adapter", param="lora_path")
+        await lora_adapter(frontend, body.lora_name, body.lora_path)
+        adapters[body.lora_name] = body.lora_path
+        cards[body.lora_name] = dict(card, id=body.lora_name, root=body.lora_path, parent=model)
+        return {"loaded": body.lora_name}
+
+    async def unload_lora_adapter(body: LoraAdapterRequest) -> dict:
+        """Chapter 31: unload an adapter; refused (400) while a waiting or running request uses it."""
+        if adapters is None:
+            raise APIError(400, "LoRA is off: start the server with --enable-lora", param="lora_name")
+        await lora_adapter(frontend, body.lora_name, None)
+        adapters.pop(body.lora_name, None)
+        cards.pop(body.lora_name, None)
+        return {"unloaded": body.lora_name}
+
+    for prefix in ("", "/v1"):  # SGLang's routes, and vLLM's under /v1
+        app.post(f"{prefix}/load_lora_adapter")(load_lora_adapter)
+        app.post(f"{prefix}/unload_lora_adapter")(unload_lora_adapter)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
