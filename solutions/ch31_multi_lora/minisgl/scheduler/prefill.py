@@ -108,7 +108,7 @@ class PrefillAdder:
         return handle, row, lora
 
     def _add_one_req(self, pending: PendingReq, handle: CacheHandle, row: int, cached_len: int,
-                     lora: tuple[int, int]) -> Req:
+                     lora: tuple[int, int] = (0, -1)) -> Req:
         """The next piece of `pending` for this batch, from position cached_len: its whole remaining prompt if
         the budget allows (a Req), else as much as the budget allows (a ChunkedReq)."""
         remain = len(pending.input_ids) - cached_len
