@@ -24,7 +24,7 @@ FLAGS   := $(if $(SOL),--sol) $(if $(MINE),--mine) $(if $(V),-v)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd bench-hicache bench-quant router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
+.PHONY: help deps models draft run trace traces check lab diff reset restore progress skeletons notebooks docs docs-build outputs test test-gpu test-fast bench bench-report bench-serve bench-cpu bench-dp bench-pd bench-hicache bench-quant bench-lora router serve profile clean need-ch copies i18n i18n-diff i18n-stamp
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -244,6 +244,15 @@ bench-hicache: deps  ## chapter 28's measurement: the host KV tier vs the radix 
 
 # Chapter 30's measurement: the model's dtype against INT8 weights, FP8 weights and an FP8 KV cache; tokens/s at batch
 # 1, batch 8 and a throughput load, linear-layer weight MB and KV pages, one warm-up then runs (min / median / max).
+# On a GPU: make bench-lora BENCH_LORA_ARGS="--device cuda" (python -m benchmark.lora -h).
+BENCH_LORA_DIR  ?= build/bench-lora
+BENCH_LORA_ARGS ?=
+
+bench-lora: deps  ## chapter 31's measurement: 0 / 1 / 8 distinct LoRA adapters in a batch (BENCH_LORA_ARGS="--device cuda" on a GPU)
+	@$(PY) -c 'from tools.models import ensure_model; ensure_model("smollm2")'
+	@tree="$$($(FINAL_TREE))"; PYTHONPATH="$$tree:.:$$PYTHONPATH" $(PY) -m benchmark.lora \
+		--out $(BENCH_LORA_DIR)/results.json --md $(BENCH_LORA_DIR)/table.md $(BENCH_LORA_ARGS)
+
 # On a GPU: make bench-quant BENCH_QUANT_ARGS="--device cuda" (python -m benchmark.quant -h).
 BENCH_QUANT_DIR  ?= build/bench-quant
 BENCH_QUANT_ARGS ?=

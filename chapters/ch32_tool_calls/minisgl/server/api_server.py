@@ -21,10 +21,11 @@ from pathlib import Path
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel, ConfigDict
 
 from minisgl.server.args import ServerArgs
 from minisgl.server.errors import APIError, add_error_handlers
-from minisgl.server.frontend import Frontend
+from minisgl.server.frontend import Frontend, lora_adapter
 from minisgl.server.launch import Workers
 from minisgl.server.metrics import Metrics
 from minisgl.server.native import ROUTER_NO_MODEL, add_native_routes
@@ -59,6 +60,14 @@ class APIKeyMiddleware:
         await self.app(scope, receive, send)
 
 
+class LoraAdapterRequest(BaseModel):
+    """Chapter 31: the body of POST /load_lora_adapter and /unload_lora_adapter (SGLang's and vLLM's field names)."""
+
+    model_config = ConfigDict(extra="forbid")
+    lora_name: str
+    lora_path: str | None = None
+
+
 def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_size: int = 1) -> FastAPI:
     model = args.served_model_name
     if frontend.metrics is None:
@@ -75,14 +84,27 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
     app.add_middleware(APIKeyMiddleware, api_key=args.api_key)
     add_error_handlers(app)
 
-    def check_model(name: str | None, request: bool = False) -> None:
+    adapters = lora_adapters(args)  # chapter 31: adapter name -> folder
+
+    def check_model(name: str | None, request: bool = False) -> str | None:
+        """The LoRA adapter a request's `model` names (chapter 31), None for the base model; an APIError else."""
         if request and name == ROUTER_NO_MODEL:  # chapter 27: sglang-router's "the client named no model"
-            return
-        if name is not None and name != model:
-            raise APIError(404, f"the model {name!r} does not exist; this server has {model!r}", param="model",
-                           code="model_not_found")
+            return None
+        if name is None or name == model:
+            return None
+        if adapters is not None:
+            adapter = name.removeprefix(f"{model}:")  # SGLang's "base:adapter"; vLLM's bare "adapter"
+            if adapter in adapters:
+                return adapter
+            raise APIError(400, f"the model {name!r} is neither {model!r} nor a loaded LoRA adapter "
+                           f"({', '.join(sorted(adapters)) or 'none loaded'}; name one as 'adapter' or "
+                           f"'{model}:adapter')", param="model", code="model_not_found")
+        raise APIError(404, f"the model {name!r} does not exist; this server has {model!r}", param="model",
+                       code="model_not_found")
 
     card = {"id": model, "object": "model", "created": 0, "owned_by": "minisgl", "max_model_len": max_model_len}
+    # vLLM lists each adapter as a model of its own, with the base model as its parent and its folder as its root.
+    cards = {name: dict(card, id=name, root=path, parent=model) for name, path in (adapters or {}).items()}
 
     @app.get("/health")
     async def health() -> dict:
@@ -98,23 +120,50 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [card, *cards.values()]}
 
     @app.get("/v1/models/{name:path}")
     async def model_card(name: str) -> dict:
-        check_model(name)
-        return card
+        adapter = check_model(name)
+        return card if adapter is None else cards[adapter]
+
+    async def load_lora_adapter(body: LoraAdapterRequest) -> dict:
+        """Chapter 31: load an adapter while serving; a 400 naming the field when it cannot be loaded."""
+        if adapters is None:
+            raise APIError(400, "LoRA is off: start the server with --enable-lora", param="lora_name")
+        if not body.lora_path:
+            raise APIError(400, "lora_path is required to load an adapter", param="lora_path")
+        await lora_adapter(frontend, body.lora_name, body.lora_path)
+        adapters[body.lora_name] = body.lora_path
+        cards[body.lora_name] = dict(card, id=body.lora_name, root=body.lora_path, parent=model)
+        return {"loaded": body.lora_name}
+
+    async def unload_lora_adapter(body: LoraAdapterRequest) -> dict:
+        """Chapter 31: unload an adapter; refused (400) while a waiting or running request uses it."""
+        if adapters is None:
+            raise APIError(400, "LoRA is off: start the server with --enable-lora", param="lora_name")
+        await lora_adapter(frontend, body.lora_name, None)
+        adapters.pop(body.lora_name, None)
+        cards.pop(body.lora_name, None)
+        return {"unloaded": body.lora_name}
+
+    for prefix in ("", "/v1"):  # SGLang's routes, and vLLM's under /v1
+        app.post(f"{prefix}/load_lora_adapter")(load_lora_adapter)
+        app.post(f"{prefix}/unload_lora_adapter")(unload_lora_adapter)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        check_model(req.model, request=True)
-        return await OpenAIServingCompletion(frontend, model, req).handle(request)
+        lora = check_model(req.model, request=True)
+        serving = OpenAIServingCompletion(frontend, model, req)
+        serving.lora_name = lora
+        return await serving.handle(request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request):
-        check_model(req.model, request=True)
-        return await OpenAIServingChat(frontend, model, req, args.tool_call_parser, args.reasoning_parser
-                                       ).handle(request)
+        lora = check_model(req.model, request=True)
+        serving = OpenAIServingChat(frontend, model, req, args.tool_call_parser, args.reasoning_parser)
+        serving.lora_name = lora
+        return await serving.handle(request)
 
     @app.post("/abort_request")
     async def abort_request(body: AbortRequest) -> dict:
@@ -142,6 +191,13 @@ def create_app(frontend: Frontend, args: ServerArgs, max_model_len: int, page_si
         return CHAT_PAGE.read_text().replace("{{MODEL}}", model)
 
     return app
+
+
+def lora_adapters(args: ServerArgs) -> dict[str, str] | None:
+    """Chapter 31: the adapters the server loads at start (name -> folder); None when LoRA is off."""
+    if not args.engine_args.get("enable_lora"):
+        return None
+    return dict(args.engine_args.get("lora_paths") or {})
 
 
 def startup_line(args: ServerArgs, workers: Workers) -> str:

@@ -60,6 +60,7 @@ class OpenAIServing(ABC):
 
     def __init__(self, frontend: Frontend, model: str, req: CompletionRequest | ChatCompletionRequest) -> None:
         self.frontend, self.model, self.req = frontend, model, req
+        self.lora_name: str | None = None  # chapter 31: the adapter the `model` field selected (None: the base)
         # As OpenAI's ids look: a prefix and a random part, so that nobody can guess another client's id (POST
         # /abort_request takes it).
         self.id = f"{self.id_prefix}-{secrets.token_hex(12)}"
@@ -123,6 +124,9 @@ class OpenAIServing(ABC):
         n > 1 the other choices start once choice 0's first reply is in: they find its prompt cached."""
         queue = asyncio.Queue()
         msg = self.tokenize_msg(self.frontend.new_uid())
+        if self.lora_name is not None:  # chapter 31
+            msg = dataclasses.replace(msg, sampling_params=dataclasses.replace(msg.sampling_params,
+                                                                               lora_name=self.lora_name))
         uids = [self.submit(msg, 0, queue)]
         finished = False
         try:

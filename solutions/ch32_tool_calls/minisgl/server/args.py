@@ -113,12 +113,25 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
                         "(qwen25 and hermes are the same parser here); default: tools are refused")
     p.add_argument("--reasoning-parser", choices=REASONING_PARSERS, default=None,
                    help="chapter 32: put the answer's <think> text in reasoning_content; default: left in content")
+    # Chapter 31, SGLang's flag names: LoRA adapters loaded at start, selected per request by the `model` field
+    p.add_argument("--enable-lora", action="store_true", help="chapter 31: serve LoRA adapters (--lora-paths)")
+    p.add_argument("--lora-paths", nargs="+", default=None, metavar="NAME=PATH",
+                   help="chapter 31: adapters in PEFT's layout, each as name=folder (a bare folder is named after it)")
+    p.add_argument("--max-loras-per-batch", type=int, default=None,
+                   help="chapter 31: adapter slots: the most distinct adapters in one batch (default 8)")
+    p.add_argument("--max-lora-rank", type=int, default=None, help="chapter 31: the largest adapter rank (default 16)")
+    p.add_argument("--lora-target-modules", default=None,
+                   help="chapter 31: the modules adapters may change, e.g. q,k,v,o,gate,up,down (the default: all)")
     a = p.parse_args(argv)
     if a.max_retractions is not None and a.max_retractions < 1:
         p.error(f"--max-retractions must be >= 1, got {a.max_retractions}")
     engine_keys = ("device", "dtype", "max_running_reqs", "max_seq_len", "page_size", "num_pages", "cpu_kv_cache_mb",
                    "attention_backend", "cuda_graph_max_bs", "quantization", "kv_cache_dtype")
     engine = {k: getattr(a, k) for k in engine_keys if getattr(a, k) is not None}
+    try:
+        engine.update(lora_engine_args(a))
+    except ValueError as e:
+        p.error(str(e))
     scheduler = {"max_extend_tokens": a.max_extend_tokens} if a.max_extend_tokens is not None else {}
     if a.no_overlap:
         scheduler["overlap"] = False
@@ -143,6 +156,26 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
 
 
 TOOL_CALL_PARSERS = ("qwen25", "hermes")  # chapter 32
+
+def lora_engine_args(a: argparse.Namespace) -> dict:
+    """Chapter 31: the EngineConfig keywords of the LoRA flags; ValueError naming the flag that is wrong."""
+    keys = ("max_loras_per_batch", "max_lora_rank", "lora_target_modules")
+    given = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
+    if not a.enable_lora:
+        if given or a.lora_paths:
+            raise ValueError("--lora-paths, --max-loras-per-batch, --max-lora-rank and --lora-target-modules need "
+                             "--enable-lora")
+        return {}
+    paths = {}
+    for item in a.lora_paths or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = Path(item).name, item
+        if not name or not path or name in paths:
+            raise ValueError(f"--lora-paths: {item!r} must be name=folder, each name once")
+        paths[name] = path
+    return {"enable_lora": True, "lora_paths": paths, **given}
+
 
 SPEC_FLAGS = {"num_tokens": "--speculative-num-draft-tokens", "draft_model_path": "--speculative-draft-model-path",
               "min_n": "--speculative-ngram-min-match-window-size", "max_n": "--speculative-ngram-max-match-window-size"}

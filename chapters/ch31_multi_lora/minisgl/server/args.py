@@ -1,0 +1,187 @@
+"""The server's command line: `python -m minisgl.server --model PATH [--port 8000] [--api-key KEY] ...`."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minisgl.scheduler.config import DISAGGREGATION_MODES, TRANSFER_BACKENDS, SchedulerConfig
+from minisgl.spec.config import METHODS, SpecConfig
+from minisgl.quant import KV_CACHE_DTYPES, QUANT_METHODS
+
+
+@dataclass
+class ServerArgs:
+    model_path: str
+    host: str = "127.0.0.1"  # this machine only, unless asked otherwise
+    port: int = 8000
+    served_model_name: str = ""  # the `model` clients name; default: the model folder's name
+    api_key: str | None = None  # when set, /v1/* and every POST need "Authorization: Bearer <key>"
+    engine_args: dict = field(default_factory=dict)  # EngineConfig keywords
+    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)  # the scheduler's settings
+    log_requests: bool = False  # one line per finished request (tokens, finish reason, TTFT, time per token)
+    stream_interval: int = 1  # a streamed request gets an event every this many tokens (SGLang's --stream-interval)
+
+    def __post_init__(self) -> None:
+        if self.stream_interval < 1:
+            raise ValueError(f"--stream-interval must be >= 1, got {self.stream_interval}")
+        if not self.served_model_name:
+            self.served_model_name = Path(self.model_path).name
+
+    @property
+    def scheduler_args(self) -> SchedulerConfig:
+        """The scheduler's settings under the name the API server hands them to its workers by."""
+        return self.scheduler_config
+
+
+def parse_args(argv: list[str] | None = None) -> ServerArgs:
+    p = argparse.ArgumentParser(prog="python -m minisgl.server", description="an OpenAI-compatible server")
+    p.add_argument("--model", required=True, help="a model folder (config.json, safetensors, tokenizer)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0: a free port the system picks (the server prints it)")
+    p.add_argument("--served-model-name", default="")
+    p.add_argument("--api-key", default=None, help="required on /v1/* and on every POST (/abort_request)")
+    p.add_argument("--log-requests", action="store_true", help="print one line per finished request")
+    p.add_argument("--stream-interval", type=int, default=1, help="a streamed request gets an event every this many "
+                   "tokens, with the text of all of them (default 1: every token)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--max-running-reqs", type=int, default=None)
+    p.add_argument("--max-seq-len", type=int, default=None)
+    p.add_argument("--page-size", type=int, default=None)
+    p.add_argument("--num-pages", type=int, default=None, help="KV pool size in pages (default: from memory)")
+    p.add_argument("--cpu-kv-cache-mb", type=int, default=None)
+    p.add_argument("--attention-backend", default=None, help="auto, torch, triton or fa (chapter 17 on)")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="chapter 18 on")
+    p.add_argument("--max-extend-tokens", type=int, default=None, help="prefill token budget of one batch")
+    p.add_argument("--no-overlap", action="store_true", help="turn overlap scheduling off")
+    p.add_argument("--admission", choices=("conservative", "optimistic"), default=None,
+                   help="chapter 23: reserve all of max_tokens (conservative, the default) or an estimate, "
+                        "retracting requests when the KV pool runs dry (optimistic)")
+    p.add_argument("--retraction-policy", choices=("length", "last"), default=None,
+                   help="chapter 23: which running request optimistic admission retracts first")
+    p.add_argument("--max-retractions", type=int, default=None,
+                   help="chapter 23: times a request may be retracted before it is pinned (default 1)")
+    # Chapter 26, SGLang's flag names (its NGRAM and STANDALONE algorithms are our ngram and draft).
+    p.add_argument("--speculative-algorithm", type=str.lower, choices=METHODS, default=None,
+                   help="chapter 26: speculative decoding by n-gram lookup in each request's own tokens, or by a "
+                        "draft model (--speculative-draft-model-path); default: off")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+                   help="chapter 26: draft tokens per request and step (default 4; SGLang counts one more)")
+    p.add_argument("--speculative-draft-model-path", default=None,
+                   help="chapter 26: the draft model's folder (same vocabulary as --model)")
+    p.add_argument("--speculative-ngram-min-match-window-size", type=int, default=None,
+                   help="chapter 26: the shortest suffix n-gram lookup tries (default 1)")
+    p.add_argument("--speculative-ngram-max-match-window-size", type=int, default=None,
+                   help="chapter 26: the longest suffix n-gram lookup tries, first (default 3)")
+    # Chapter 29, SGLang's flag names: one server of a prefill/decode pair (sglang-router --pd-disaggregation in front)
+    p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default=None,
+                   help="chapter 29: this server prefills and sends the KV (prefill) or receives it and decodes "
+                        "(decode); default null: it does both")
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=None,
+                   help="chapter 29: the prefill server's bootstrap port, where the pair meets (default 8998)")
+    p.add_argument("--disaggregation-bootstrap-host", default=None,
+                   help="chapter 29 (decode): the prefill server's host (default 127.0.0.1)")
+    p.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS, default=None,
+                   help="chapter 29: how the KV travels: gloo (CPU tensors) or nccl (one GPU per server); default "
+                        "auto: nccl on a GPU, gloo on the CPU")
+    # Chapter 28, SGLang's flag names: a host tier under the radix cache
+    p.add_argument("--enable-hierarchical-cache", action="store_true",
+                   help="chapter 28: keep KV evicted from the device pool in host memory and load it back on a hit")
+    p.add_argument("--hicache-ratio", type=float, default=None,
+                   help="chapter 28: the host pool's size as a multiple of the device pool's (default 2.0)")
+    p.add_argument("--hicache-size", type=int, default=None,
+                   help="chapter 28: the host pool's size in GB; overrides --hicache-ratio (default 0: use the ratio)")
+    p.add_argument("--hicache-write-policy", default=None,
+                   help="chapter 28: write_through (back a prefix up when it is cached, the default) or write_back "
+                        "(when it is evicted from the device)")
+    # Chapter 30, SGLang's and vLLM's flag names: 8-bit weights made at load time from the model's own, an FP8 KV cache
+    p.add_argument("--quantization", choices=QUANT_METHODS, default=None,
+                   help="chapter 30: int8wo (weight-only INT8, per-channel scales), fp8 (FP8 weights per channel and "
+                        "activations per token) or fp8-tensor (one scale per weight); default: off")
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
+                   help="chapter 30: fp8_e4m3 stores the KV cache in FP8 with per-layer scales of 1.0 (default auto: "
+                        "the model's dtype)")
+    # Chapter 31, SGLang's flag names: LoRA adapters loaded at start, selected per request by the `model` field
+    p.add_argument("--enable-lora", action="store_true", help="chapter 31: serve LoRA adapters (--lora-paths)")
+    p.add_argument("--lora-paths", nargs="+", default=None, metavar="NAME=PATH",
+                   help="chapter 31: adapters in PEFT's layout, each as name=folder (a bare folder is named after it)")
+    p.add_argument("--max-loras-per-batch", type=int, default=None,
+                   help="chapter 31: adapter slots: the most distinct adapters in one batch (default 8)")
+    p.add_argument("--max-lora-rank", type=int, default=None, help="chapter 31: the largest adapter rank (default 16)")
+    p.add_argument("--lora-target-modules", default=None,
+                   help="chapter 31: the modules adapters may change, e.g. q,k,v,o,gate,up,down (the default: all)")
+    a = p.parse_args(argv)
+    if a.max_retractions is not None and a.max_retractions < 1:
+        p.error(f"--max-retractions must be >= 1, got {a.max_retractions}")
+    engine_keys = ("device", "dtype", "max_running_reqs", "max_seq_len", "page_size", "num_pages", "cpu_kv_cache_mb",
+                   "attention_backend", "cuda_graph_max_bs", "quantization", "kv_cache_dtype")
+    engine = {k: getattr(a, k) for k in engine_keys if getattr(a, k) is not None}
+    try:
+        engine.update(lora_engine_args(a))
+    except ValueError as e:
+        p.error(str(e))
+    scheduler = {"max_extend_tokens": a.max_extend_tokens} if a.max_extend_tokens is not None else {}
+    if a.no_overlap:
+        scheduler["overlap"] = False
+    if a.enable_hierarchical_cache:
+        scheduler["enable_hierarchical_cache"] = True
+    for key in ("admission", "retraction_policy", "max_retractions", "hicache_ratio", "hicache_size",
+                "hicache_write_policy", "disaggregation_mode",
+                "disaggregation_bootstrap_port", "disaggregation_bootstrap_host", "disaggregation_transfer_backend"):
+        if getattr(a, key) is not None:
+            scheduler[key] = getattr(a, key)
+    try:
+        speculative = spec_config(a)
+    except ValueError as e:
+        p.error(str(e))
+    if speculative is not None:
+        scheduler["speculative"] = speculative
+    try:
+        return ServerArgs(a.model, a.host, a.port, a.served_model_name, a.api_key, engine, SchedulerConfig(**scheduler),
+                          a.log_requests, a.stream_interval)
+    except ValueError as e:
+        p.error(str(e))
+
+
+def lora_engine_args(a: argparse.Namespace) -> dict:
+    """Chapter 31: the EngineConfig keywords of the LoRA flags; ValueError naming the flag that is wrong."""
+    keys = ("max_loras_per_batch", "max_lora_rank", "lora_target_modules")
+    given = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
+    if not a.enable_lora:
+        if given or a.lora_paths:
+            raise ValueError("--lora-paths, --max-loras-per-batch, --max-lora-rank and --lora-target-modules need "
+                             "--enable-lora")
+        return {}
+    paths = {}
+    for item in a.lora_paths or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = Path(item).name, item
+        if not name or not path or name in paths:
+            raise ValueError(f"--lora-paths: {item!r} must be name=folder, each name once")
+        paths[name] = path
+    return {"enable_lora": True, "lora_paths": paths, **given}
+
+
+SPEC_FLAGS = {"num_tokens": "--speculative-num-draft-tokens", "draft_model_path": "--speculative-draft-model-path",
+              "min_n": "--speculative-ngram-min-match-window-size", "max_n": "--speculative-ngram-max-match-window-size"}
+
+
+def spec_config(a: argparse.Namespace) -> SpecConfig | None:
+    """Chapter 26: the SpecConfig the --speculative-* flags ask for (None without --speculative-algorithm); a
+    ValueError naming the flag for a combination that cannot run, at start-up rather than in the scheduler."""
+    given = {key: getattr(a, flag[2:].replace("-", "_")) for key, flag in SPEC_FLAGS.items()}
+    given = {key: value for key, value in given.items() if value is not None}
+    if a.speculative_algorithm is None:
+        if given:
+            raise ValueError(f"{', '.join(SPEC_FLAGS[key] for key in given)} needs --speculative-algorithm")
+        return None
+    try:
+        return SpecConfig(a.speculative_algorithm, **given)
+    except ValueError as e:  # SpecConfig names its fields; the command line knows them as flags
+        message = str(e)
+        for key, flag in SPEC_FLAGS.items():
+            message = message.replace(f"SpecConfig.{key}", flag)
+        raise ValueError(message.replace("method", "--speculative-algorithm")) from None
