@@ -456,7 +456,8 @@ def test_the_benchmark_measures_through_the_router(pd):
     specs = [RequestSpec(i, TEXTS[i], 4) for i in range(2)]
     with servers_explained(pd):
         m = measure(pd.url, NAME, specs, [0.0, 0.0], "completions")
-    assert m["output_tokens"] == 8 and m["ttft_p50_s"] > 0 and m["tpot_p50_s"] > 0, f"bench-pd's measure: {m}"
+    # TPOT may be 0: a tiny model's few tokens can reach the client in one streamed frame
+    assert m["output_tokens"] == 8 and m["ttft_p50_s"] > 0 and m["tpot_p50_s"] >= 0, f"bench-pd's measure: {m}"
 
 
 @needs_router
