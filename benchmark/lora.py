@@ -19,7 +19,6 @@ import argparse
 import gc
 import json
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -27,16 +26,12 @@ from pathlib import Path
 import torch
 
 from benchmark.cpu_load import snapshot
+from benchmark.quant import requests  # the same random prompts as chapter 30's measurement
 from benchmark.runs import measure, spread
 
 ROWS = {"off": None, "0 adapters": 0, "1 adapter": 1, "8 adapters": 8}
 WORKLOADS = ("batch8", "throughput")
 SLOTS = 8
-
-
-def requests(num: int, prompt_len: int, vocab: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(100, vocab) for _ in range(prompt_len)] for _ in range(num)]
 
 
 def run_workloads(llm, work: dict[str, list[list[int]]], adapters: int | None, max_tokens: int, sync) -> dict:
