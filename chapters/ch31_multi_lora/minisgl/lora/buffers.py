@@ -13,7 +13,7 @@ import torch
 
 from minisgl.core import Batch
 from minisgl.lora.adapter import LoraAdapter
-from minisgl.lora.delta import LoraTarget
+from minisgl.lora.delta import LoraTarget, StackedLoraTarget
 
 
 class LoraBuffers:
@@ -45,12 +45,19 @@ class LoraBuffers:
         kept = [p for p in parts if p[0] in self.targets]
         if not kept:
             return
-        in_features = linear.weight.shape[1]
-        a = [torch.zeros(self.num_slots, self.max_rank, in_features, dtype=self.dtype, device=self.device)
-             for _ in kept]
-        b = [torch.zeros(self.num_slots, end - start, self.max_rank, dtype=self.dtype, device=self.device)
-             for _, start, end in kept]
-        linear._lora = LoraTarget(kept, a, b, self.scaling)
+        out_features, in_features = linear.weight.shape
+        if self.device.type == "cuda":  # the parts' A and B stacked, so the kernels take them in one launch
+            a_all = torch.zeros(self.num_slots, len(kept) * self.max_rank, in_features, dtype=self.dtype,
+                                device=self.device)
+            b_all = torch.zeros(self.num_slots, out_features, self.max_rank, dtype=self.dtype, device=self.device)
+            linear._lora = StackedLoraTarget(kept, a_all, b_all, self.scaling)
+        else:
+            a = [torch.zeros(self.num_slots, self.max_rank, in_features, dtype=self.dtype, device=self.device)
+                 for _ in kept]
+            b = [torch.zeros(self.num_slots, end - start, self.max_rank, dtype=self.dtype, device=self.device)
+                 for _, start, end in kept]
+            linear._lora = LoraTarget(kept, a, b, self.scaling)
+        a, b = linear._lora.a, linear._lora.b
         for (name, _, _), ai, bi in zip(kept, a, b):
             self.weights[(layer_id, name)] = (ai, bi)
 

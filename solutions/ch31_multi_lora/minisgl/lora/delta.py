@@ -5,7 +5,8 @@ B [slots, out, max_rank] (an adapter of a smaller rank is zero-padded, which add
 (lora_alpha / r) per slot. A batch carries one slot index per token (-1: the base model, no adapter). A row's delta
 is scaling[s] * B[s] (A[s] x): first "shrink" x to r numbers, then "expand" them to the output, as SGLang's and
 Punica's SGMV/BGMV kernels name the two steps. On a GPU a Triton kernel does it (kernel/triton/lora.py); on the
-CPU the same math is a gathered batched matmul in torch.
+CPU the same math is a gathered batched matmul in torch. On a GPU a merged layer's parts (q, k and v; gate and
+up) share one launch of each kernel (StackedLoraTarget).
 """
 
 from __future__ import annotations
@@ -78,3 +79,25 @@ class LoraTarget:
             y[:, start:end] += lora_delta(x, a, b, self.scaling, slots)
         return y
         # <<< solution
+
+
+class StackedLoraTarget(LoraTarget):
+    """A LoraTarget on a GPU whose parts' A and B are views of two stacked tensors of the whole layer: A
+    [slots, parts x R, in] (part p's rank rows at [p R, (p+1) R)) and B [slots, out, R] (each part's rows at its
+    output columns). One shrink and one expand launch then serve every part, the expand adding into y in place:
+    two launches per layer instead of three per part, which is most of LoRA's cost in a small decode step."""
+
+    def __init__(self, parts: list[tuple[str, int, int]], a_all: torch.Tensor, b_all: torch.Tensor,
+                 scaling: torch.Tensor) -> None:
+        rank = b_all.shape[2]
+        super().__init__(parts, [a_all[:, i * rank:(i + 1) * rank] for i in range(len(parts))],
+                         [b_all[:, start:end] for _, start, end in parts], scaling)
+        self.a_all, self.b_all = a_all, b_all
+        self.col_part = torch.full((b_all.shape[1],), -1, dtype=torch.int32, device=b_all.device)
+        for i, (_, start, end) in enumerate(parts):
+            self.col_part[start:end] = i
+
+    def add_to(self, y: torch.Tensor, x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        from minisgl.kernel.triton.lora import lora_add_triton
+
+        return lora_add_triton(y, x, self.a_all, self.b_all, self.col_part, self.scaling, slots)
