@@ -20,36 +20,17 @@ import gc
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from benchmark.cpu_load import snapshot
-from benchmark.quant import requests  # the same random prompts as chapter 30's measurement
+from benchmark.quant import requests, run_workloads  # chapter 30's random prompts and timing loop
 from benchmark.runs import measure, spread
 
 ROWS = {"off": None, "0 adapters": 0, "1 adapter": 1, "8 adapters": 8}
 WORKLOADS = ("batch8", "throughput")
 SLOTS = 8
-
-
-def run_workloads(llm, work: dict[str, list[list[int]]], adapters: int | None, max_tokens: int, sync) -> dict:
-    from minisgl.core import SamplingParams
-
-    out = {}
-    for name, prompts in work.items():
-        step = 8 if name == "batch8" else len(prompts)
-        names = [None if not adapters else f"a{i % adapters}" for i in range(len(prompts))]
-        params = [SamplingParams(max_tokens=max_tokens, ignore_eos=True, lora_name=n) for n in names]
-        tokens = 0
-        sync()
-        t0 = time.perf_counter()
-        for i in range(0, len(prompts), step):
-            tokens += sum(len(o["token_ids"]) for o in llm.generate(prompts[i:i + step], params[i:i + step]))
-        sync()
-        out[name] = {"tok_s": tokens / (time.perf_counter() - t0)}
-    return out
 
 
 def measure_row(row: str, a, work, folders: dict[str, str], sync) -> dict:
@@ -63,7 +44,12 @@ def measure_row(row: str, a, work, folders: dict[str, str], sync) -> dict:
     if adapters is not None:
         engine.update(enable_lora=True, lora_paths=folders, max_loras_per_batch=SLOTS, max_lora_rank=a.rank)
     llm = LLM(a.model, **engine)
-    got = measure(lambda: run_workloads(llm, work, adapters, a.max_tokens, sync), a.runs, warmup_runs=1,
+    from minisgl.core import SamplingParams
+
+    def params(i: int) -> SamplingParams:  # request i uses adapter a{i mod adapters}, or none
+        return SamplingParams(max_tokens=a.max_tokens, ignore_eos=True, lora_name=f"a{i % adapters}" if adapters else None)
+
+    got = measure(lambda: run_workloads(llm, work, params, sync), a.runs, warmup_runs=1,
                   on_run=lambda kind, i, r: print(f"  {row} {kind} {i}: " + ", ".join(
                       f"{w} {r[w]['tok_s']:.1f} tok/s" for w in WORKLOADS), flush=True))
     info = {"row": row, **{f"{w}_tok_s": spread([r[w]["tok_s"] for r in got.timed]) for w in WORKLOADS}}

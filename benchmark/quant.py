@@ -52,18 +52,18 @@ def linear_weight_bytes(llm) -> int:
                if ".layers." in name and "_proj." in name)
 
 
-def run_workloads(llm, work: dict[str, list[list[int]]], max_tokens: int, sync) -> dict:
-    from minisgl.core import SamplingParams
-
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+def run_workloads(llm, work: dict[str, list[list[int]]], params, sync) -> dict:
+    """Every workload once, timed: batch1 one prompt at a time, batch8 eight at a time, the rest all at once.
+    params(i) is prompt i's SamplingParams (benchmark/lora.py gives each its adapter)."""
     out = {}
     for name, prompts in work.items():
-        step = 1 if name == "batch1" else 8 if name == "batch8" else len(prompts)
+        step = {"batch1": 1, "batch8": 8}.get(name, len(prompts))
         tokens, answers = 0, []
         sync()
         t0 = time.perf_counter()
         for i in range(0, len(prompts), step):
-            for o in llm.generate(prompts[i:i + step], params):
+            batch = range(i, min(i + step, len(prompts)))
+            for o in llm.generate([prompts[j] for j in batch], [params(j) for j in batch]):
                 tokens += len(o["token_ids"])
                 answers.append(o["token_ids"])
         sync()
@@ -82,7 +82,10 @@ def measure_row(row: str, a, work, sync) -> dict:
     info = {"row": row, "linear_weight_mb": linear_weight_bytes(llm) / 2**20, "kv_pages": llm.engine.num_pages,
             "kv_bytes_per_token": llm.engine.kv_bytes_per_token,
             "kv_tokens_per_gb": 2**30 // llm.engine.kv_bytes_per_token}  # at equal memory, whatever else the row used
-    got = measure(lambda: run_workloads(llm, work, a.max_tokens, sync), a.runs, warmup_runs=1,
+    from minisgl.core import SamplingParams
+
+    params = SamplingParams(max_tokens=a.max_tokens, ignore_eos=True)
+    got = measure(lambda: run_workloads(llm, work, lambda i: params, sync), a.runs, warmup_runs=1,
                   on_run=lambda kind, i, r: print(f"  {row} {kind} {i}: " + ", ".join(
                       f"{w} {r[w]['tok_s']:.1f} tok/s" for w in WORKLOADS), flush=True))
     for w in WORKLOADS:
