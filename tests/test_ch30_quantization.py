@@ -356,11 +356,30 @@ def test_on_the_gpu_fp8_scaled_mm_matches_the_emulation_and_bfloat16(per_row):
     assert bad is None, f"token {bad[0]}, output {bad[1]}: FP8 {float(y[bad]):.6g}, bfloat16 {float(want[bad]):.6g}"
 
 
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the kernel runs for real (the gpu tests)")
+@pytest.mark.parametrize("rows, out_features, in_features", [(1, 48, 300), (3, 70, 520), (20, 33, 64)])
+def test_the_triton_int8_kernel_matches_float64_in_the_interpreter(rows, out_features, in_features):
+    """The GPU's weight-only INT8 kernel, in Triton's interpreter: float32 rows (products in full precision) against
+    float64, split over the inputs where the shape asks for it (520 inputs: 2 splits), ragged edges masked."""
+    from minisgl.kernel.triton.int8_mm import int8_mm_triton
+
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, in_features, generator=g)
+    q = torch.randint(-127, 128, (out_features, in_features), generator=g, dtype=torch.int8)
+    scale = torch.rand(out_features, generator=g) / 64
+    y = int8_mm_triton(x, q, scale)
+    want = (x.double() @ q.double().t()) * scale.double()
+    bound = 2.0**-20 * (x.double().abs() @ q.double().abs().t()) * scale.double() + 1e-9
+    bad = first_bad((y.double() - want).abs(), bound)
+    assert bad is None, f"row {bad[0]}, output {bad[1]}: kernel {float(y[bad]):.8g}, float64 {float(want[bad]):.8g}"
+
+
 @pytest.mark.gpu
 @pytest.mark.stubs("quantize_int8_per_channel", "int8_linear")
 def test_on_the_gpu_int8_linear_matches_float64():
-    """At 6 rows (torch's INT8 kernel where this torch has a CUDA one, probed first as quantize does) and 24 (the
-    dense path), against float64."""
+    """At 1, 6 and 24 rows (the course's Triton kernel: one program block of rows, split over the inputs) and 200
+    (the dense path), against float64."""
     cuda_or_skip()
     from minisgl.quant.int8 import probe_cuda_kernel
 
@@ -368,7 +387,7 @@ def test_on_the_gpu_int8_linear_matches_float64():
     w = weights().cuda()
     q, scale = quantize_int8_per_channel(w)
     wd = q.double() * scale.double()[:, None]
-    for rows in (6, 24):
+    for rows in (1, 6, 24, 200):
         x = torch.randn(rows, w.shape[1], device="cuda").bfloat16()
         y = int8_linear(x, q, scale)
         want = x.double() @ wd.t()

@@ -5,9 +5,11 @@ A decode step reads every weight once per token and does little arithmetic with 
 bytes is where the time goes. The multiply needs no dequantized copy of the weight: the row scale is a constant of
 output column o, so x W^T = (x Q^T) * s, one scale per output after the matmul.
 
-Which multiply: torch's INT8 kernel (`torch._weight_int8pack_mm`) for decode-sized batches, on a CPU always and on a
-GPU where this torch has a CUDA kernel for it (probed once per device); otherwise the codes are cast to the
-activations' dtype and multiplied densely, which is right everywhere but reads more bytes than it saves.
+Which multiply: on a GPU, for decode-sized batches, the course's Triton kernel (kernel/triton/int8_mm.py), which
+reads the int8 codes and widens them in registers; on a CPU torch's INT8 kernel (`torch._weight_int8pack_mm`) for
+decode-sized batches (on a GPU too where Triton is switched off and this torch has a CUDA kernel for it, probed once
+per device); otherwise the codes are cast to the activations' dtype and multiplied densely, which is right
+everywhere but reads more bytes than it saves.
 """
 
 from __future__ import annotations
@@ -58,11 +60,33 @@ def probe_cuda_kernel(device: torch.device) -> bool:
     return _CUDA_KERNEL[index]
 
 
-def _kernel_applies(x: torch.Tensor) -> bool:
+# On a GPU the course's Triton kernel (kernel/triton/int8_mm.py) reads the int8 codes directly up to this many rows:
+# decode steps and small chunks, where the weight's bytes are the time; longer prefills are dense multiplies.
+TRITON_MAX_ROWS = 64
+
+
+def _fast_multiply(x: torch.Tensor):
+    """The INT8 kernel for x's rows, or None for the dense fallback."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if not (x.dtype in (torch.float32, torch.bfloat16) and 0 < rows <= KERNEL_MAX_ROWS):
-        return False
-    return x.device.type == "cpu" or (x.device.type == "cuda" and _CUDA_KERNEL.get(x.device.index or 0, False))
+    if not (x.dtype in (torch.float32, torch.bfloat16) and rows > 0):
+        return None
+    if x.device.type == "cuda" and rows <= TRITON_MAX_ROWS:
+        from minisgl.kernel.triton import use_triton
+
+        if use_triton(x):
+            return _int8_triton
+    if rows > KERNEL_MAX_ROWS:
+        return None
+    if x.device.type == "cpu" or (x.device.type == "cuda" and _CUDA_KERNEL.get(x.device.index or 0, False)):
+        return _int8_kernel
+    return None
+
+
+def _int8_triton(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    from minisgl.kernel.triton.int8_mm import int8_mm_triton
+
+    y = int8_mm_triton(x.reshape(-1, x.shape[-1]), qweight, scale)
+    return y.view(*x.shape[:-1], qweight.shape[0])
 
 
 def _int8_kernel(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -76,8 +100,8 @@ def _int8_kernel(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) ->
 def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x (q * scale)^T + bias for x [..., in], qweight int8 [out, in], scale [out]; y in x's dtype."""
-    if _kernel_applies(x):
-        y = _int8_kernel(x, qweight, scale)
+    if (multiply := _fast_multiply(x)) is not None:
+        y = multiply(x, qweight, scale)
         return y if bias is None else y + bias
     # TODO(ch30): the scale belongs to the output column, so multiply by it AFTER the matmul: x @ q^T with q cast to
     # x's dtype (F.linear), times the scale (in x's dtype), then add the bias, which is stored unscaled.
