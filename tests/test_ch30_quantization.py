@@ -4,7 +4,11 @@ range, +-448 at most), the INT8 and FP8 multiplies against float64 with bounds d
 pool's write and read. Then SmolLM2 on a fixed text shipped in the repository (tools/data/corpus.txt): its logits,
 top-1 agreement and perplexity with quantized linear layers against float32, within bounds stated below (measured
 on the reference, with a margin); the engine with each option against Hugging Face float32's next token over the
-same text; the KV pool's page count doubling at equal memory; bad flags refused by name.
+same text; the KV pool's page count doubling at equal memory; bad flags refused by name. Then pre-quantized
+checkpoints in the compressed-tensors format, written by compressed-tensors itself (tools/prequant.py): greedy
+tokens equal to HF transformers' on the same checkpoint, the loaded codes and scales equal to the files' bit for bit
+and to the chapter's own quantization, unsupported schemes refused naming the config field, the flag's default,
+tensor parallel slices, SmolLM2 within the engine's bounds.
 
 Measured on the reference (SmolLM2-135M, the first 192 tokens of the corpus, float32 = 1.0), 2 threads: int8wo
 logits relative error 0.023, top-1 0.964, perplexity x1.015; fp8 0.062, 0.901, x1.038; fp8-tensor 0.058, 0.932,
