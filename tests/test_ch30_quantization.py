@@ -237,16 +237,21 @@ def perplexity(logits: torch.Tensor, ids: list[int]) -> float:
 @pytest.mark.stubs("quantize_int8_per_channel", "int8_linear", "quantize_fp8")
 @pytest.mark.parametrize("method", list(QUALITY))
 def test_smollm2_logits_top1_and_perplexity_within_the_methods_bounds(method):
+    check_quality(quantized_hf(method), method, method)
+
+
+def check_quality(model, method: str, label: str) -> None:
+    """The model's logits over the text against HF float32's, within QUALITY[method]."""
     ids = text_ids()
     want = hf_logits("smollm2", ids)
     with torch.inference_mode():
-        got = quantized_hf(method)(torch.tensor([ids])).logits[0].float()
+        got = model(torch.tensor([ids])).logits[0].float()
     rel_bound, top1_bound, ppl_bound = QUALITY[method]
     rel = float((got - want).double().norm() / want.double().norm())
     top1 = float((got.argmax(-1) == want.argmax(-1)).double().mean())
     ratio = perplexity(got, ids) / perplexity(want, ids)
     assert rel < rel_bound and top1 >= top1_bound and ratio <= ppl_bound, (
-        f"{method} over {len(ids)} tokens: logits relative error {rel:.4f} (bound {rel_bound}), top-1 agreement "
+        f"{label} over {len(ids)} tokens: logits relative error {rel:.4f} (bound {rel_bound}), top-1 agreement "
         f"{top1:.3f} (bound {top1_bound}), perplexity ratio {ratio:.4f} (bound {ppl_bound})")
 
 
@@ -465,6 +470,24 @@ def test_loaded_codes_and_scales_are_the_files_bit_for_bit(prequant, scheme):
     assert torch.equal(model.model.embed_tokens.weight, files["model.embed_tokens.weight"])
 
 
+def test_int8_codes_written_naive_quantized_load_as_the_packed_ones(prequant, tmp_path):
+    """compressed-tensors' other layout for INT8 weights, a plain int8 `weight` ("naive-quantized", forced here):
+    the same codes and scales as the packed checkpoint's."""
+    from minisgl.models import load_model
+    from tools.prequant import make_prequantized
+
+    naive = make_prequantized(model_path("tiny-qwen3"), tmp_path / "naive", "int8wo", "naive-quantized")
+    config = json.loads((naive / "config.json").read_text())["quantization_config"]
+    assert config["format"] == "naive-quantized" and "model.layers.0.mlp.down_proj.weight" in file_tensors(naive)
+    a, _ = load_model(naive)
+    b, _ = load_model(prequant("tiny-qwen3", "int8wo"))
+    for i, (x, y) in enumerate(zip(a.model.layers, b.model.layers)):
+        for name in ("qkv_proj", "o_proj"):
+            p, q = getattr(x.self_attn, name), getattr(y.self_attn, name)
+            assert torch.equal(p.weight, q.weight) and torch.equal(p.weight_scale, q.weight_scale), f"layer {i} {name}"
+        assert torch.equal(x.mlp.gate_up_proj.weight, y.mlp.gate_up_proj.weight), f"layer {i} gate_up_proj"
+
+
 @pytest.mark.stubs("quantize_int8_per_channel", "quantize_fp8")
 @pytest.mark.parametrize("scheme", SAME_AS_OWN)
 def test_the_checkpoints_codes_are_the_chapters_own(prequant, scheme):
@@ -579,17 +602,7 @@ def prequantized_hf(folder: Path, method: str):
 @pytest.mark.parametrize("method", list(QUALITY))
 def test_smollm2_prequantized_logits_top1_and_perplexity_within_the_methods_bounds(prequant, method):
     """The bounds of the chapter's own quantization (QUALITY) hold for SmolLM2 written pre-quantized and read back."""
-    ids = text_ids()
-    want = hf_logits("smollm2", ids)
-    with torch.inference_mode():
-        got = prequantized_hf(prequant("smollm2", method), method)(torch.tensor([ids])).logits[0].float()
-    rel_bound, top1_bound, ppl_bound = QUALITY[method]
-    rel = float((got - want).double().norm() / want.double().norm())
-    top1 = float((got.argmax(-1) == want.argmax(-1)).double().mean())
-    ratio = perplexity(got, ids) / perplexity(want, ids)
-    assert rel < rel_bound and top1 >= top1_bound and ratio <= ppl_bound, (
-        f"{method} pre-quantized, over {len(ids)} tokens: logits relative error {rel:.4f} (bound {rel_bound}), "
-        f"top-1 agreement {top1:.3f} (bound {top1_bound}), perplexity ratio {ratio:.4f} (bound {ppl_bound})")
+    check_quality(prequantized_hf(prequant("smollm2", method), method), method, f"{method} pre-quantized")
 
 
 PREQUANT_TOP1 = {"int8wo": ENGINE_TOP1["int8wo"], "fp8": ENGINE_TOP1["fp8"]}

@@ -52,8 +52,9 @@ def weight_scale(weight: torch.Tensor, scheme: str) -> torch.Tensor:
     return (amax / FP8_MAX).clamp(min=1e-12)
 
 
-def make_prequantized(model: str | Path, out: str | Path, scheme: str) -> Path:
-    """Write `model` (a Hugging Face folder) quantized with `scheme` into `out` (replaced if it exists)."""
+def make_prequantized(model: str | Path, out: str | Path, scheme: str, fmt: str | None = None) -> Path:
+    """Write `model` (a Hugging Face folder) quantized with `scheme` into `out` (replaced if it exists); `fmt` forces
+    compressed-tensors' format ("naive-quantized": INT8 codes as a plain int8 `weight`), else the library picks."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -69,7 +70,7 @@ def make_prequantized(model: str | Path, out: str | Path, scheme: str) -> Path:
                 count += 1
     if not count:
         raise ValueError(f"{model}: no Linear layer to quantize")
-    compressor = ModelCompressor.from_pretrained_model(hf)
+    compressor = ModelCompressor.from_pretrained_model(hf, quantization_format=fmt)
     compressor.compress_model(hf)  # codes from our scales, packed (INT8) or cast (FP8)
     out = Path(out)
     if out.exists():
@@ -84,9 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a Hugging Face model folder (models/tiny-qwen3, models/smollm2)")
     p.add_argument("--scheme", choices=SCHEMES, default="int8wo")
+    p.add_argument("--format", default=None, help="force compressed-tensors' format (e.g. naive-quantized)")
     p.add_argument("--out", required=True, help="the folder to write (replaced if it exists)")
     a = p.parse_args(argv)
-    print(f"wrote {make_prequantized(a.model, a.out, a.scheme)}")
+    print(f"wrote {make_prequantized(a.model, a.out, a.scheme, a.format)}")
 
 
 if __name__ == "__main__":
