@@ -442,12 +442,17 @@ def test_a_prequantized_checkpoint_decodes_as_the_engine_quantizing_the_same_wei
         assert a == b, f"{model} {scheme}, prompt {i}: pre-quantized {a}, quantized by the engine {b}"
 
 
+@pytest.mark.stubs("int8_linear", "quantize_fp8")
 @pytest.mark.parametrize("scheme", PREQUANT_SCHEMES)
 def test_loaded_codes_and_scales_are_the_files_bit_for_bit(prequant, scheme):
     """tiny-llama (untied LM head): every decoder layer's codes and scales as loaded (q/k/v and gate/up merged) equal
-    the file's, read back by compressed-tensors' own code; the LM head and the embedding stay float32 and equal
-    the file's float tensors (the config's ignore list keeps the LM head out of quantization)."""
+    the file's, read back by compressed-tensors' own code, and the layer's multiply uses them (against float64 with
+    the file's dequantized weight, within the FP8 multiply's bound above); the LM head and the embedding stay float32
+    and equal the file's float tensors (the config's ignore list keeps the LM head out of quantization)."""
+    from minisgl.layers.linear import LinearReplicated
     from minisgl.models import load_model
+
+    g = torch.Generator().manual_seed(3)
 
     folder = prequant("tiny-llama", scheme)
     files = file_tensors(folder)
@@ -465,6 +470,11 @@ def test_loaded_codes_and_scales_are_the_files_bit_for_bit(prequant, scheme):
             assert torch.equal(bits(op.weight), bits(codes)), f"layer {i} {name}: codes differ from the file's"
             assert op.weight_scale.dtype == torch.float32 and torch.equal(bits(op.weight_scale), bits(scales)), \
                 f"layer {i} {name}: scales {op.weight_scale[:4].tolist()} ..., file {scales[:4].tolist()} ..."
+            x = torch.randn(3, codes.shape[1], generator=g)
+            w = codes.double() * scales.double()[:, None]
+            err = (LinearReplicated.forward(op, x).double() - x.double() @ w.t()).abs()
+            bad = first_bad(err, 0.13 * (x.double().abs() @ w.abs().t()) + 1e-6)
+            assert bad is None, f"layer {i} {name}: the multiply is off at row {bad[0]}, output {bad[1]}"
     assert model.lm_head.weight.dtype == torch.float32 and torch.equal(model.lm_head.weight, files["lm_head.weight"]), \
         "the LM head is ignored by the checkpoint's config: float32, the file's tensor"
     assert torch.equal(model.model.embed_tokens.weight, files["model.embed_tokens.weight"])
