@@ -10,6 +10,7 @@ import torch
 from minisgl.attention import BACKENDS
 from minisgl.lora import target_modules
 from minisgl.quant import check_quant_flags
+from minisgl.quant.checkpoint import resolve_quantization
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -32,7 +33,8 @@ class EngineConfig:
     # and 0 (off) on the CPU; 0: off. On the CPU a positive value runs the same padding with eager replay.
     cuda_graph_max_bs: int | None = None
     # Chapter 30 (SGLang's and vLLM's flag names): quantize the linear layers' weights at load time ("int8wo",
-    # "fp8", "fp8-tensor"; None: off) and store the KV cache in FP8 ("fp8_e4m3"; "auto": the model's dtype).
+    # "fp8", "fp8-tensor"; None: off, or what a pre-quantized checkpoint was made with) and store the KV cache in FP8
+    # ("fp8_e4m3"; "auto": the model's dtype).
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     # Chapter 31 (SGLang's flag names): serve LoRA adapters. lora_paths: name -> PEFT adapter folder, loaded at
@@ -72,6 +74,7 @@ class EngineConfig:
         if not 0 < self.memory_ratio <= 1:
             raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
         check_quant_flags(self.quantization, self.kv_cache_dtype)
+        self.quantization = resolve_quantization(self.model_path, self.quantization)
         self._check_lora()
 
     def _check_lora(self) -> None:

@@ -5,8 +5,8 @@ sampler, the graph runner) and runs a batch the scheduler prepared. From chapter
 replay CUDA graphs (engine/graph.py) when cuda_graph_max_bs allows.
 
 Chapter 30 (quantization): after loading, the linear layers' weights may be quantized from the model's own
-weights (EngineConfig.quantization), and the KV pool may hold FP8 (kv_cache_dtype): one byte per value, so the same
-memory gives it more pages.
+weights (EngineConfig.quantization) unless the checkpoint held them in 8 bits already, and the KV pool may hold
+FP8 (kv_cache_dtype): one byte per value, so the same memory gives it more pages.
 
 Chapter 26 (speculative decoding) adds verify batches: forward_verify runs one (a verify row computes its last
 token and its drafts) and returns the logits of every position; the scheduler decides what was accepted and
@@ -46,7 +46,7 @@ class Engine:
             torch.set_num_threads(ENV.CPU_THREADS)
         self.model, self.model_config = load_model(config.model_path, config.torch_dtype, self.device)
         mc = self.model_config
-        if config.quantization is not None:  # chapter 30: from the weights just loaded, no quantized checkpoint
+        if config.quantization is not None:  # chapter 30: from the weights just loaded (a pre-quantized one: as is)
             quantize_linear_weights(self.model, config.quantization)
             if self.device.type == "cuda":  # the 16-bit weights just replaced: free, so the KV pool may use them
                 torch.cuda.empty_cache()

@@ -20,8 +20,9 @@ def _walk(op: Any):
 
 
 def quantize_linear_weights(model: Any, method: str) -> int:
-    """Quantize every layer that knows how (it has a `quantize(method)` method: the linear layers); returns how many."""
-    layers = [op for op in _walk(model) if callable(getattr(op, "quantize", None))]
+    """Quantize every layer that knows how (it has a `quantize(method)` method: the linear layers); returns how many.
+    Layers that hold 8 bits already (loaded from a pre-quantized checkpoint) are left as they are."""
+    layers = [op for op in _walk(model) if callable(getattr(op, "quantize", None)) and op.weight_scale is None]
     for op in layers:
         op.quantize(method)
     return len(layers)

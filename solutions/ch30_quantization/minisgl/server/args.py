@@ -99,7 +99,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     # Chapter 30, SGLang's and vLLM's flag names: 8-bit weights made at load time from the model's own, an FP8 KV cache
     p.add_argument("--quantization", choices=QUANT_METHODS, default=None,
                    help="chapter 30: int8wo (weight-only INT8, per-channel scales), fp8 (FP8 weights per channel and "
-                        "activations per token) or fp8-tensor (one scale per weight); default: off")
+                        "activations per token) or fp8-tensor (one scale per weight); default: what a pre-quantized "
+                        "(compressed-tensors) checkpoint was made with, else off")
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
                    help="chapter 30: fp8_e4m3 stores the KV cache in FP8 with per-layer scales of 1.0 (default auto: "
                         "the model's dtype)")

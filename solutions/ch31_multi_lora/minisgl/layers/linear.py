@@ -59,22 +59,29 @@ class LinearReplicated(BaseOP):
             return y
         return self._lora.add_to(y, x, slots[: x.shape[0]])
 
-    def quantize(self, method: str) -> None:
-        """Chapter 30: store the weight in 8 bits (method "int8wo", "fp8" or "fp8-tensor") and multiply with it."""
+    def quantize(self, method: str, weight: torch.Tensor | None = None,
+                 weight_scale: torch.Tensor | None = None) -> None:
+        """Chapter 30: store the weight in 8 bits (method "int8wo", "fp8" or "fp8-tensor") and multiply with it.
+        With `weight` and `weight_scale` (a pre-quantized checkpoint's codes and float32 scales [out]) take those as
+        they are instead of quantizing the layer's own weight."""
         if self.weight_scale is not None:
             raise ValueError("this layer is quantized already")
-        if method == "int8wo":
-            self.weight, self.weight_scale = quantize_int8_per_channel(self.weight)
-            self._gemm = QuantizedGemm(int8_linear, self.weight_scale)
-            if self.weight.device.type == "cuda":
-                probe_cuda_kernel(self.weight.device)
-        elif method in ("fp8", "fp8-tensor"):
-            self.weight_scale = fp8_scale(self.weight, per_row=method == "fp8").flatten()
-            self.weight = quantize_fp8(self.weight, self.weight_scale.reshape(-1, 1) if method == "fp8"
-                                       else self.weight_scale)
-            self._gemm = QuantizedGemm(fp8_linear, self.weight_scale)
-        else:
+        if method not in ("int8wo", "fp8", "fp8-tensor"):
             raise ValueError(f"quantization method must be 'int8wo', 'fp8' or 'fp8-tensor', got {method!r}")
+        if weight is not None:
+            if tuple(weight.shape) != tuple(self.weight.shape) or tuple(weight_scale.shape) != (weight.shape[0],):
+                raise ValueError(f"quantized weight {tuple(weight.shape)} with scales {tuple(weight_scale.shape)} "
+                                 f"for a layer of shape {tuple(self.weight.shape)}")
+            weight, weight_scale = weight.to(self.weight.device), weight_scale.to(self.weight.device)
+        elif method == "int8wo":
+            weight, weight_scale = quantize_int8_per_channel(self.weight)
+        else:
+            weight_scale = fp8_scale(self.weight, per_row=method == "fp8").flatten()
+            weight = quantize_fp8(self.weight, weight_scale.reshape(-1, 1) if method == "fp8" else weight_scale)
+        self.weight, self.weight_scale = weight, weight_scale
+        self._gemm = QuantizedGemm(int8_linear if method == "int8wo" else fp8_linear, self.weight_scale)
+        if method == "int8wo" and self.weight.device.type == "cuda":
+            probe_cuda_kernel(self.weight.device)
 
 
 class QuantizedGemm:
