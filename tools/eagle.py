@@ -328,6 +328,8 @@ def main() -> None:
     ap.add_argument("--draft-vocab", type=int, default=4096)
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--unroll", type=int, default=4, help="chained guesses trained per pair (training-time test)")
+    ap.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's "
+                                                             "features in training (their RMS is about 2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--measure", action="store_true", help="no training: the acceptance of the saved head on the "
                                                           "held-out prompts, greedy and at temperature 0.7")
@@ -359,7 +361,8 @@ def main() -> None:
     print(f"[draft] {sum(len(s.tokens) for s in train_data)} training positions from {len(train_data)} answers in "
           f"{gen_wall:.0f} s wall, {gen_cpu:.0f} CPU s", flush=True)
     head = new_head(engine, train_data, args.draft_vocab, args.window)
-    losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch, unroll=args.unroll)
+    losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch, noise=args.noise,
+                   unroll=args.unroll)
     print(f"[draft] loss {sum(losses[:20]) / 20:.3f} -> {sum(losses[-20:]) / 20:.3f} in "
           f"{time.perf_counter() - wall - gen_wall:.0f} s wall, {time.process_time() - cpu - gen_cpu:.0f} CPU s; "
           f"teacher-forced first-guess accuracy on the answers: train {accuracy(head, train_data[:60]):.3f}, "
