@@ -925,7 +925,8 @@ def test_teacher_forced_accuracy_counts_the_guesses_drafting_makes_the_answers_t
     guess = head.vocab_ids[head.logits(hidden).argmax(-1)][0]  # pair p's guess of token p + 2
     wrong = torch.tensor([t for t in range(11) if t not in head.vocab_ids.tolist()][0])  # never guessed
     answer = torch.arange(pairs) >= prompt_len - 1
-    for right_on, want, want_all in ((~answer, 0.0, (prompt_len - 1) / pairs), (answer, 1.0, 1 - (prompt_len - 1) / pairs)):
+    share = (prompt_len - 1) / pairs  # of the pairs, the prompt's
+    for right_on, want, want_all in ((~answer, 0.0, share), (answer, 1.0, 1 - share)):
         labels = torch.full((length - 1,), int(wrong))
         labels[1:pairs + 1] = torch.where(right_on, guess, wrong)  # next_tokens[p + 1]: the label of pair p
         data = [eagle.Sequence(tokens, features, labels, prompt_len)]
