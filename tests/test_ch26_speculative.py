@@ -906,6 +906,79 @@ def test_a_trained_eagle_head_predicts_the_targets_next_tokens_on_its_training_t
 
 
 @pytest.mark.stubs("EagleHead.forward")
+def test_teacher_forced_accuracy_counts_the_guesses_drafting_makes_the_answers_tokens():
+    """Pair p guesses token p + 2; drafting only ever guesses answer tokens after the first (pairs p >= prompt_len
+    - 1). A head right on every prompt pair and wrong on every answer pair scores 0, the other way round 1; with
+    prompts=True, every pair counts. (Counting the prompt's pairs, where a chat template's fixed system text is
+    easy to guess, made a head look far better teacher-forced than it drafts.)"""
+    from minisgl.spec.eagle import window_mask
+    from tools import eagle
+
+    head, g = tiny_head()
+    length, prompt_len = 12, 5
+    tokens = torch.randint(11, (length,), generator=g)
+    features = torch.randn(length - 1, 8, generator=g)
+    pairs = length - 2
+    with torch.no_grad():
+        hidden = head(features[None, :pairs], tokens[None, 1:pairs + 1], torch.arange(pairs)[None],
+                      window_mask(torch.ones(1, pairs, dtype=torch.bool), head.c.window))
+    guess = head.vocab_ids[head.logits(hidden).argmax(-1)][0]  # pair p's guess of token p + 2
+    wrong = torch.tensor([t for t in range(11) if t not in head.vocab_ids.tolist()][0])  # never guessed
+    answer = torch.arange(pairs) >= prompt_len - 1
+    share = (prompt_len - 1) / pairs  # of the pairs, the prompt's
+    for right_on, want, want_all in ((~answer, 0.0, share), (answer, 1.0, 1 - share)):
+        labels = torch.full((length - 1,), int(wrong))
+        labels[1:pairs + 1] = torch.where(right_on, guess, wrong)  # next_tokens[p + 1]: the label of pair p
+        data = [eagle.Sequence(tokens, features, labels, prompt_len)]
+        got, got_all = eagle.accuracy(head, data), eagle.accuracy(head, data, prompts=True)
+        assert got == pytest.approx(want), f"answer pairs: {got}, expected {want}"
+        assert got_all == pytest.approx(want_all), f"every pair: {got_all}, expected {want_all}"
+
+
+@pytest.mark.stubs("EagleHead.forward", *RUN_STUBS)
+@pytest.mark.parametrize("overlap, page_size", [(False, 1), (True, 4)])
+def test_eagle_drafts_in_the_engine_equal_the_heads_drafts_on_teacher_forced_inputs(eagle_head, prompts, overlap,
+                                                                                   page_size):
+    """Every proposal the engine makes (after prefill, after verify steps that kept all, some or none of the drafts)
+    equals the head's own drafts over the features the target computes for the finished text, a prefill of it: the
+    pairs drafting reads are the ones training read (feature f_p with token p + 1, the same positions, the last
+    `window` of them), with no stale or rejected position's feature in the ring."""
+    from minisgl.spec.eagle import FeatureTap
+    from tools import eagle
+
+    folder, head, _ = eagle_head
+    texts = [eagle.encode(tokenizer(NAME), t) for t in eagle.prompts("train")[:2]] + prompts[:2]  # known, unknown
+    llm = make_llm(SpecConfig("eagle", 3, draft_model_path=folder), page_size, overlap, cache_type="naive")
+    proposer = llm.scheduler.speculation.proposer
+    seen, propose = [], proposer.propose
+
+    def recorded(reqs, ks):
+        drafts = propose(reqs, ks)
+        seen.extend((r.uid, len(r.input_ids), d) for r, d in zip(reqs, drafts) if d)
+        return drafts
+
+    proposer.propose = recorded
+    first = llm._next_uid
+    outs = llm.generate(texts, greedy(32))
+    full = [t + o["token_ids"] for t, o in zip(texts, outs)]
+    ref = make_llm(None, cache_type="naive")
+    tap = FeatureTap(ref.engine, ref.engine.page_table.shape[1])
+    base = ref._next_uid
+    ref.generate(full, greedy(1))
+    window, kept = head.c.window, llm.scheduler.speculation.stats
+    assert 0 < kept.accepted < kept.proposed, f"the run should keep some drafts and reject others: {kept}"
+    for uid, n, drafts in seen:
+        i = uid - first
+        row = int((tap.owner[:, 0, 0] == base + i).nonzero()[0][0])
+        span = torch.arange(max(n - 1 - window, 0), n - 1)  # pairs (f_p, token p + 1) up to the last token
+        want = head.draft(tap.features[row, span][None].to(head.lm_rows.dtype), torch.tensor(full[i])[span + 1][None],
+                          span[None], torch.ones(1, len(span), dtype=torch.bool), len(drafts))[0].tolist()
+        assert drafts == want, (f"request {i}, {n} tokens: the engine drafted {drafts}, the head on the teacher-forced "
+                                f"pairs drafts {want}")
+    assert_clean(llm)
+
+
+@pytest.mark.stubs("EagleHead.forward")
 def test_the_training_time_test_chains_guesses_as_drafting_does():
     """make draft's unrolled chain (tools/eagle.py) gives, at every step, what the head itself gives over the whole
     chain of pairs (the cached keys and values change no sum), and, where the real tokens are the head's guesses,

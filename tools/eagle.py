@@ -33,6 +33,7 @@ class Sequence:
     tokens: torch.Tensor  # [T] prompt + answer
     features: torch.Tensor  # [T, H] the target's feature at each position
     next_tokens: torch.Tensor  # [T] the target's greedy token after each position
+    prompt_len: int  # tokens[:prompt_len] is the prompt, the rest the target's answer
 
 
 def prompts(split: str) -> list[str]:
@@ -68,7 +69,7 @@ def collect(llm, prompt_ids: list[list[int]], max_new: int) -> list[Sequence]:
         known = int((tap.owner[rows[0], :, 0] == first + i).sum())  # positions computed: all but the last token
         with torch.inference_mode(False):
             features = tap.features[rows[0], :known].float().cpu()  # training runs on the CPU (see train)
-        data.append(Sequence(tokens[: known + 1], features, (features @ lm_head.T).argmax(-1)))
+        data.append(Sequence(tokens[: known + 1], features, (features @ lm_head.T).argmax(-1), len(ids)))
     tap.remove()
     return data
 
@@ -200,22 +201,29 @@ def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: 
 
 
 def coverage(head, data: list[Sequence]) -> float:
-    """The share of the target's tokens in `data` that the draft vocabulary holds: a bound on any head's accuracy."""
-    labels = torch.cat([s.next_tokens for s in data])
+    """The share of the target's answer tokens in `data` that the draft vocabulary holds (those drafting guesses):
+    a bound on any head's accuracy."""
+    labels = torch.cat([s.next_tokens[s.prompt_len:] for s in data])
     return float(torch.isin(labels, head.vocab_ids).float().mean())
 
 
 @torch.no_grad()
-def accuracy(head, data: list[Sequence]) -> float:
-    """Teacher-forced: how often the head's first guess is the target's token, over every pair of `data`."""
+def accuracy(head, data: list[Sequence], prompts: bool = False) -> float:
+    """Teacher-forced: how often the head's first guess is the target's token, over the pairs whose guess is a token
+    of the answer (pair p guesses token p + 2: p >= prompt_len - 1), the only guesses drafting ever makes. With
+    prompts=True over every pair, the prompt's too: a chat template's fixed system text, the same in every prompt,
+    is easy to guess there, so that share overstates what drafting keeps."""
     from minisgl.spec.eagle import window_mask
 
     right = total = 0
-    for features, tokens, positions, labels, _ in chunks(data, 512):
-        valid = torch.ones(1, len(tokens), dtype=torch.bool)
-        hidden = head(features[None], tokens[None], positions[None], window_mask(valid, head.c.window))
-        right += int((head.vocab_ids[head.logits(hidden).argmax(-1)][0] == labels).sum())
-        total += len(labels)
+    for s in data:
+        for features, tokens, positions, labels, _ in chunks([s], 512):
+            valid = torch.ones(1, len(tokens), dtype=torch.bool)
+            hidden = head(features[None], tokens[None], positions[None], window_mask(valid, head.c.window))
+            hit = head.vocab_ids[head.logits(hidden).argmax(-1)][0] == labels
+            counted = positions >= (0 if prompts else s.prompt_len - 1)
+            right += int(hit[counted].sum())
+            total += int(counted.sum())
     return right / max(total, 1)
 
 
@@ -239,10 +247,23 @@ def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, tem
 
     llm = LLM(str(model), max_running_reqs=len(prompt_ids), max_seq_len=max(map(len, prompt_ids)) + max_new + k + 1,
               cpu_kv_cache_mb=1024, seed=seed, speculative=SpecConfig("eagle", k, draft_model_path=head))
+    spec = llm.scheduler.speculation
+    at = [[0, 0] for _ in range(k)]  # per draft position: drafts proposed there, kept there
+    settle = spec.settle
+
+    def counted(batch, decided, gone):
+        for draft, n in zip(batch.drafts.tokens, decided[0]):
+            for j in range(len(draft)):
+                at[j][0] += 1
+                at[j][1] += j < n
+        return settle(batch, decided, gone)
+
+    spec.settle = counted
     llm.generate(prompt_ids, SamplingParams(max_tokens=max_new, temperature=temperature))
-    stats = llm.scheduler.speculation.stats
+    stats = spec.stats
     return {"temperature": temperature, "k": k, "verify_steps": stats.verify_steps, "proposed": stats.proposed,
-            "accepted": stats.accepted, "acceptance": round(stats.acceptance_rate, 3)}
+            "accepted": stats.accepted, "acceptance": round(stats.acceptance_rate, 3),
+            "kept_at_draft": [round(kept / max(n, 1), 3) for n, kept in at]}
 
 
 def head_cost(model: Path, head: Path, prompt: list[int], k: int, repeat: int = 5) -> dict:
@@ -307,6 +328,8 @@ def main() -> None:
     ap.add_argument("--draft-vocab", type=int, default=4096)
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--unroll", type=int, default=4, help="chained guesses trained per pair (training-time test)")
+    ap.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's "
+                                                             "features in training (their RMS is about 2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--measure", action="store_true", help="no training: the acceptance of the saved head on the "
                                                           "held-out prompts, greedy and at temperature 0.7")
@@ -331,18 +354,20 @@ def main() -> None:
     else:
         train_data, eval_data, engine = answers(path, train_ids, eval_ids, args)
         if args.data:
-            torch.save([[(s.tokens, s.features, s.next_tokens) for s in part] for part in (train_data, eval_data)],
+            torch.save([[(s.tokens, s.features, s.next_tokens, s.prompt_len) for s in part]
+                        for part in (train_data, eval_data)],
                        args.data)
     gen_wall, gen_cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(f"[draft] {sum(len(s.tokens) for s in train_data)} training positions from {len(train_data)} answers in "
           f"{gen_wall:.0f} s wall, {gen_cpu:.0f} CPU s", flush=True)
     head = new_head(engine, train_data, args.draft_vocab, args.window)
-    losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch, unroll=args.unroll)
+    losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch, noise=args.noise,
+                   unroll=args.unroll)
     print(f"[draft] loss {sum(losses[:20]) / 20:.3f} -> {sum(losses[-20:]) / 20:.3f} in "
           f"{time.perf_counter() - wall - gen_wall:.0f} s wall, {time.process_time() - cpu - gen_cpu:.0f} CPU s; "
-          f"teacher-forced first-guess accuracy: train {accuracy(head, train_data[:60]):.3f}, held-out "
-          f"{accuracy(head, eval_data):.3f}; held-out labels in the draft vocabulary: "
-          f"{coverage(head, eval_data):.3f}", flush=True)
+          f"teacher-forced first-guess accuracy on the answers: train {accuracy(head, train_data[:60]):.3f}, "
+          f"held-out {accuracy(head, eval_data):.3f} (prompts too: {accuracy(head, eval_data, prompts=True):.3f}); "
+          f"held-out answer labels in the draft vocabulary: {coverage(head, eval_data):.3f}", flush=True)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     head.save(tmp)
