@@ -9,20 +9,23 @@ grouped compute has no quantized path here).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 
-def _walk(op: Any):
-    yield op
-    for _, child in op._named_children():
+def quantizable_layers(op: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name as in the state dict, layer) of every layer that knows how to quantize itself (it has a
+    `quantize` method: the linear layers)."""
+    if callable(getattr(op, "quantize", None)):
+        yield prefix.rstrip("."), op
+    for name, child in op._named_children():
         if hasattr(child, "_named_children"):
-            yield from _walk(child)
+            yield from quantizable_layers(child, f"{prefix}{name}.")
 
 
 def quantize_linear_weights(model: Any, method: str) -> int:
-    """Quantize every layer that knows how (it has a `quantize(method)` method: the linear layers); returns how many.
-    Layers that hold 8 bits already (loaded from a pre-quantized checkpoint) are left as they are."""
-    layers = [op for op in _walk(model) if callable(getattr(op, "quantize", None)) and op.weight_scale is None]
+    """Quantize every layer that knows how; returns how many. Layers that hold 8 bits already (loaded from a
+    pre-quantized checkpoint) are left as they are."""
+    layers = [op for _, op in quantizable_layers(model) if op.weight_scale is None]
     for op in layers:
         op.quantize(method)
     return len(layers)

@@ -29,6 +29,8 @@ from typing import Any, Iterator
 
 import torch
 
+from minisgl.quant.apply import quantizable_layers
+
 # What each of the chapter's methods reads: the weight's dtype, the weight's strategy, the input activations'.
 METHOD_OF = {("int", "channel", None): "int8wo", ("float", "channel", "token"): "fp8",
              ("float", "tensor", "token"): "fp8-tensor"}
@@ -163,20 +165,11 @@ def quantized_tensors(tensors: Iterator[tuple[str, torch.Tensor]],
         raise ValueError(f"checkpoint layers without their codes or scales: {sorted(pending)[:5]}")
 
 
-def _named_layers(op: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted name, layer) of every layer that can be quantized, named as in the state dict."""
-    if callable(getattr(op, "quantize", None)):
-        yield prefix.rstrip("."), op
-    for name, child in op._named_children():
-        if hasattr(child, "_named_children"):
-            yield from _named_layers(child, f"{prefix}{name}.")
-
-
 def place_quantized(model: Any, state: dict[str, torch.Tensor], method: str) -> int:
     """Give every quantizable layer its codes and scales from the checkpoint's (merged) state dict, before the rest
     of the state dict is loaded; returns how many layers. A layer the checkpoint left unquantized is an error."""
     count = 0
-    for name, op in _named_layers(model):
+    for name, op in quantizable_layers(model):
         weight, scale = state.get(f"{name}.weight"), state.get(f"{name}.weight_scale")
         if weight is None or scale is None:
             raise ValueError(f"{name}: the checkpoint has no quantized weight and weight_scale for it")
