@@ -267,3 +267,32 @@ def token_rows(sent: list) -> list[TokenRow]:
 
     return [TokenRow(uid, token, reason is not None, reason) for m in sent if isinstance(m, DetokenizeMsg)
             for uid, token, reason in m.rows()]
+
+
+def scattered_kv_cache(lens: list[int], hkv: int, dim: int, dtype: torch.dtype, seed: int = 0,
+                       device: torch.device | str = "cpu"):
+    """A KV cache whose requests' tokens sit in random slots, and the page table that finds them: (k_cache, v_cache,
+    page table, the requests' table rows as int32)."""
+    gen = torch.Generator().manual_seed(seed)
+    slots = sum(lens) + 37
+    k_cache = torch.randn(slots, hkv, dim, generator=gen).to(device, dtype)
+    v_cache = torch.randn(slots, hkv, dim, generator=gen).to(device, dtype)
+    table = torch.zeros(len(lens) + 1, max(lens) + 5, dtype=torch.int32)
+    perm = torch.randperm(slots, generator=gen)[: sum(lens)].to(torch.int32)
+    rows = torch.randperm(len(lens) + 1, generator=gen)[: len(lens)]
+    start = 0
+    for row, n in zip(rows.tolist(), lens):
+        table[row, :n] = perm[start : start + n]
+        start += n
+    return k_cache, v_cache, table.to(device), rows.to(device, torch.int32)
+
+
+def attention_reference(q, k_cache, v_cache, table, row, seq_len: int, cached: int) -> torch.Tensor:
+    """float64 attention of queries at positions cached.. over keys 0..seq_len-1 (causal), all heads."""
+    slots = table[row, :seq_len].long()
+    group = q.shape[1] // k_cache.shape[1]
+    k = k_cache[slots].double().repeat_interleave(group, 1)
+    v = v_cache[slots].double().repeat_interleave(group, 1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), k) * q.shape[-1] ** -0.5
+    visible = torch.arange(seq_len, device=q.device)[None, :] <= torch.arange(cached, seq_len, device=q.device)[:, None]
+    return torch.einsum("hqk,khd->qhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v)

@@ -13,7 +13,8 @@ ON_CUDA = torch.cuda.is_available()
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: kernels run in its numpy interpreter
 
-from helpers import HAS_TRITON, assert_close, hf_greedy, model_path, needs_triton, prompt_ids  # noqa: E402
+from helpers import (HAS_TRITON, assert_close, attention_reference as reference, hf_greedy, model_path,  # noqa: E402
+                     needs_triton, prompt_ids, scattered_kv_cache)
 from minisgl.attention import resolve_backend  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
 from minisgl.llm import LLM  # noqa: E402
@@ -24,34 +25,6 @@ if HAS_TRITON:  # Linux only: without it the kernels' tests skip, and backend se
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
 pytestmark = pytest.mark.anydevice  # the whole suite runs on CUDA under `make test-gpu`
 KERNEL_STUBS = ("_attend_block", "_extend_kernel")
-
-
-def scattered_cache(lens, hkv, dim, dtype, seed=0):
-    """A KV cache whose requests' tokens sit in random slots, and the page table that finds them."""
-    gen = torch.Generator().manual_seed(seed)
-    slots = sum(lens) + 37
-    k_cache = torch.randn(slots, hkv, dim, generator=gen).to(DEVICE, dtype)
-    v_cache = torch.randn(slots, hkv, dim, generator=gen).to(DEVICE, dtype)
-    table = torch.zeros(len(lens) + 1, max(lens) + 5, dtype=torch.int32)
-    perm = torch.randperm(slots, generator=gen)[: sum(lens)].to(torch.int32)
-    rows = torch.randperm(len(lens) + 1, generator=gen)[: len(lens)]
-    start = 0
-    for row, n in zip(rows.tolist(), lens):
-        table[row, :n] = perm[start : start + n]
-        start += n
-    return k_cache, v_cache, table.to(DEVICE), rows.to(DEVICE, torch.int32)
-
-
-def reference(q, k_cache, v_cache, table, row, seq_len, cached):
-    """float64 attention of queries at positions cached.. over keys 0..seq_len-1 (causal), all heads."""
-    slots = table[row, :seq_len].long()
-    group = q.shape[1] // k_cache.shape[1]
-    k = k_cache[slots].double().repeat_interleave(group, 1)
-    v = v_cache[slots].double().repeat_interleave(group, 1)
-    scores = torch.einsum("qhd,khd->hqk", q.double(), k) * q.shape[-1] ** -0.5
-    visible = torch.arange(seq_len, device=q.device)[None, :] <= torch.arange(cached, seq_len, device=q.device)[:, None]
-    return torch.einsum("hqk,khd->qhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v)
-
 
 
 DTYPES = [(torch.float32, 1e-5)] + ([(torch.bfloat16, 1e-2)] if ON_CUDA else [])
@@ -65,7 +38,7 @@ DTYPES = [(torch.float32, 1e-5)] + ([(torch.bfloat16, 1e-2)] if ON_CUDA else [])
 def test_decode_kernel_matches_float64(hq, hkv, dim, block_n, dtype, tol):
     """Both block sizes decode_block picks (64 keys for large batches, 128 for one wave), on every device."""
     lens = [1, 70, 33, 129]
-    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype)
+    k_cache, v_cache, table, rows = scattered_kv_cache(lens, hkv, dim, dtype, device=DEVICE)
     q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(1)).to(DEVICE, dtype)
     seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=block_n)
@@ -85,7 +58,7 @@ def test_split_k_decode_merges_slices_to_the_float64_result(splits, dtype, tol):
     length 1 (and the one of 33 with 8 splits) has empty slices, which the merge must ignore."""
     lens = [1, 70, 33, 129, 16]
     hq, hkv, dim = 6, 2, 32
-    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype, seed=4)
+    k_cache, v_cache, table, rows = scattered_kv_cache(lens, hkv, dim, dtype, seed=4, device=DEVICE)
     q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(5)).to(DEVICE, dtype)
     seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=16, splits=splits)
@@ -106,7 +79,7 @@ def test_blocks_of_128_keys_match_float64(splits, dtype, tol):
     a full and a partial block (two slices: 256 and 44 positions)."""
     lens = [1, 129, 300, 70]
     hq, hkv, dim = 4, 2, 32
-    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype, seed=8)
+    k_cache, v_cache, table, rows = scattered_kv_cache(lens, hkv, dim, dtype, seed=8, device=DEVICE)
     q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(9)).to(DEVICE, dtype)
     seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=128, splits=splits)
@@ -140,7 +113,7 @@ def test_an_order_of_the_requests_changes_when_programs_run_not_what_they_comput
     still gets the output it gets in batch order, bit for bit, and the float64 result."""
     lens = [1, 70, 33, 129, 16]
     hq, hkv, dim = 6, 2, 32
-    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, torch.float32, seed=6)
+    k_cache, v_cache, table, rows = scattered_kv_cache(lens, hkv, dim, torch.float32, seed=6, device=DEVICE)
     q = torch.randn(len(lens), hq, dim, generator=torch.Generator().manual_seed(7)).to(DEVICE)
     seq = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     plain = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=16, splits=splits)
@@ -188,7 +161,7 @@ def test_decode_metadata_lists_the_batch_longest_first():
 @pytest.mark.parametrize("hq,hkv,dim", [(4, 2, 32), (9, 3, 64)])
 def test_extend_kernel_matches_float64_over_a_cached_prefix(hq, hkv, dim, dtype, tol):
     lens, cached = [40, 7, 100, 65], [0, 6, 37, 64]  # a fresh prompt, one new token, a chunk, a long prefix
-    k_cache, v_cache, table, rows = scattered_cache(lens, hkv, dim, dtype, seed=2)
+    k_cache, v_cache, table, rows = scattered_kv_cache(lens, hkv, dim, dtype, seed=2, device=DEVICE)
     new = [n - c for n, c in zip(lens, cached)]
     q = torch.randn(sum(new), hq, dim, generator=torch.Generator().manual_seed(3)).to(DEVICE, dtype)
     cu = torch.tensor([0] + torch.tensor(new).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)

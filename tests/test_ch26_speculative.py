@@ -3,7 +3,8 @@ sampling's output distribution against p (chi-square, small vocabularies); the p
 exactly; whole runs on tiny-qwen3 whose greedy answers are Hugging Face's token for token with either proposer,
 k = 1..4, overlap on and off, pages of 1 and 4 slots, chunked prefill, mixed batches, a radix hit, optimistic
 admission, rows that cannot speculate beside rows that do, aborts and stop tokens inside accepted runs; sampled
-answers whose joint distribution is the model's; the server's flags."""
+answers whose joint distribution is the model's; the server's flags; the decode kernel's verify rows (several queries
+a request, causal) against float64, through Triton's interpreter on a CPU."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ import collections
 import contextlib
 import dataclasses
 import math
+import os
 import random
 from collections.abc import Iterator
 
 import pytest
 import torch
 
-from helpers import (TEXTS, assert_clean, assert_close, hf_cached, hf_greedy, hf_model, model_path, token_rows,
-                     tokenizer)
+if not torch.cuda.is_available():  # before triton is imported: on a CPU the Triton kernels run in its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from helpers import (TEXTS, assert_clean, assert_close, attention_reference, hf_cached, hf_greedy,
+                     hf_model, model_path, needs_triton, scattered_kv_cache, token_rows, tokenizer)
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler.config import SchedulerConfig
@@ -1181,6 +1186,59 @@ def test_the_speculative_flags_reach_the_scheduler():
                        "--speculative-ngram-max-match-window-size", "4"])
     assert args.scheduler_config.speculative == SpecConfig("ngram", 5, max_n=4)
     assert parse_args(["--model", "m"]).scheduler_config.speculative is None, "speculation is off by default"
+
+
+# --- the verify step's attention --------------------------------------------------------------------------------
+
+@needs_triton
+@pytest.mark.parametrize("splits", [1, 2, 8])
+def test_the_decode_kernel_attends_verify_rows_causally(splits):
+    """A verify batch whose rows are all k + 1 tokens wide (what a replayed verify graph runs) goes to the decode
+    kernel, each request's queries in one tile: query j of a request of length n sees keys 0 .. n - width + j only
+    (float64 reference, GQA groups of 3). With 8 splits of 16 keys the last slice of the requests of 18 and 66 holds
+    keys that their early queries may not see: the merge must leave that slice out for them."""
+    from minisgl.kernel.triton.attention import paged_decode_attention
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    width, lens = 5, [5, 18, 37, 66, 129]
+    hq, hkv, dim = 6, 2, 32
+    k_cache, v_cache, table, rows = scattered_kv_cache(lens, hkv, dim, torch.float32, seed=11, device=device)
+    q = torch.randn(len(lens) * width, hq, dim, generator=torch.Generator().manual_seed(12)).to(device)
+    seq = torch.tensor(lens, dtype=torch.int32, device=device)
+    out = paged_decode_attention(q, k_cache, v_cache, table, rows, seq, dim ** -0.5, block_n=16, splits=splits,
+                                 width=width)
+    for i, n in enumerate(lens):
+        span = slice(i * width, (i + 1) * width)
+        want = attention_reference(q[span], k_cache, v_cache, table, rows[i], n, n - width)
+        assert_close(out[span], want, 1e-5, f"request {i} (length {n}), {width} queries, {splits} splits", row="query")
+    with pytest.raises(ValueError, match="width"):
+        paged_decode_attention(q[:-1], k_cache, v_cache, table, rows, seq, dim ** -0.5, width=width)
+
+
+@needs_triton
+@pytest.mark.stubs(*RUN_STUBS)
+def test_verify_steps_on_the_triton_backend_give_hf_answers(prompts, reference, monkeypatch):
+    """The Triton backend (its interpreter on a CPU), verify graphs up to 4 rows: a replayed verify step has every
+    row k + 1 tokens wide, so its attention is the decode kernel's verify rows; with scripted drafts of every
+    acceptance count the answers are HF's and the pages exact after every step."""
+    from minisgl.attention import triton_backend
+
+    widths = []
+    verify_attention = triton_backend.verify_attention
+    monkeypatch.setattr(triton_backend, "verify_attention",
+                        lambda q, *args: widths.append(args[-2].width) or verify_attention(q, *args))
+    k = 3
+    llm = make_llm(spec("ngram", k), page_size=4, attention_backend="triton", cuda_graph_max_bs=4)
+    sched = llm.scheduler
+    truth = {uid: p + r for uid, (p, r) in enumerate(zip(prompts, reference))}
+    sched.speculation.proposer = ScriptedProposer(truth, one_in_three)
+    for uid, p in enumerate(prompts[:2]):
+        sched.add_request(PendingReq(uid, torch.tensor(p, dtype=torch.int32), greedy(12)))
+    sched.run_until_idle(sched.check_integrity)
+    got = [sched.finished.pop(uid).output_ids for uid in range(2)]
+    assert_same(got, [r[:12] for r in reference[:2]], "verify steps on the Triton backend")
+    assert widths and set(widths) == {k + 1}, f"verify attention ran with widths {sorted(set(widths))}, expected {k + 1}"
+    assert_clean(llm)
 
 
 # --- the GPU ------------------------------------------------------------------------------------------------------

@@ -2,7 +2,12 @@
 
 Chapter 30: with an FP8 pool the kernels load the FP8 keys and values and convert them to the queries' dtype; the
 layer's scales are constants of the whole layer, so they come out of the sums: q.(s_k k) = s_k (q.k) joins the
-softmax scale, and sum p (s_v v) = s_v (sum p v) multiplies the output."""
+softmax scale, and sum p (s_v v) = s_v (sum p v) multiplies the output.
+
+Chapter 26: a verify batch whose rows all compute the same number of tokens (what every replayed verify graph runs)
+goes to the decode kernel, each row's queries in one tile and its keys split over programs as a small decode
+batch's are; the extend kernel would give a row's queries one program per head, a handful of programs for the
+whole GPU at batch 1."""
 
 from __future__ import annotations
 
@@ -36,6 +41,29 @@ def add_decode_order(batch: Batch, device: torch.device) -> None:
     batch.attn_metadata = DecodeMetadata(**vars(batch.attn_metadata), order=order)
 
 
+@dataclass
+class VerifyMetadata(BaseAttnMetadata):
+    """Chapter 26: a verify batch's metadata, with the number of tokens each of its rows computes when that is the
+    same for every row (0 when it is not)."""
+
+    width: int = 0
+
+
+def add_verify_width(batch: Batch) -> int:
+    """Replace a verify batch's metadata with a VerifyMetadata; returns its width."""
+    widths = {r.extend_len for r in batch.reqs}
+    width = widths.pop() if len(widths) == 1 else 0
+    batch.attn_metadata = VerifyMetadata(**vars(batch.attn_metadata), width=width)
+    return width
+
+
+def verify_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+                     meta: VerifyMetadata, scale: float) -> torch.Tensor:
+    """Chapter 26: a verify batch of rows `meta.width` tokens wide, by the decode kernel."""
+    return paged_decode_attention(q, k_cache, v_cache, page_table, meta.table_idx, meta.seq_lens, scale,
+                                  width=meta.width)
+
+
 class TritonAttnBackend(BaseAttnBackend):
     """The constructor and the metadata are chapter 5's (BaseAttnBackend); only the attention differs."""
 
@@ -43,6 +71,8 @@ class TritonAttnBackend(BaseAttnBackend):
         super().prepare_metadata(batch)
         if batch.is_decode:
             add_decode_order(batch, self.page_table.device)
+        elif batch.is_verify:
+            add_verify_width(batch)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
@@ -57,6 +87,8 @@ class TritonAttnBackend(BaseAttnBackend):
         if batch.is_decode:
             out = paged_decode_attention(q, k_cache, v_cache, self.page_table, meta.table_idx, meta.seq_lens, scale,
                                          order=meta.order)
+        elif batch.is_verify and meta.width:
+            out = verify_attention(q, k_cache, v_cache, self.page_table, meta, scale)
         else:
             out = paged_extend_attention(q, k_cache, v_cache, self.page_table, meta.table_idx, meta.seq_lens,
                                          meta.cached_lens, meta.cu_seqlens_q, meta.max_seqlen_q, scale)

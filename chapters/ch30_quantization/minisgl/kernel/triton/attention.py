@@ -1,5 +1,6 @@
 """Paged attention kernels in Triton: decode (one query per request) and extend (a chunk of new queries
-over a cached prefix, causal), both reading keys and values through the page table.
+over a cached prefix, causal), both reading keys and values through the page table. Chapter 26: the decode kernel
+also takes a verify step's rows, a few queries each (a row's last token and its drafts), in one tile.
 
 The page table holds one slot per position, so the kernels gather keys block by block: positions
 [start, start + BLOCK_N) of a request -> their slots -> rows of the KV cache. Softmax is computed online
@@ -27,7 +28,9 @@ def _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i
                   stride_kn, stride_kh, stride_pt,
                   BLOCK_N: tl.constexpr, D: tl.constexpr, PRECISION: tl.constexpr):
     """Fold keys [start, start + BLOCK_N) of one request into the online softmax of the query rows q: key n
-    is visible to row i when n < seq_len and n <= q_last[i]. Returns the new (m_i, l_i, acc)."""
+    is visible to row i when n < seq_len and n <= q_last[i]. Returns the new (m_i, l_i, acc). Chapter 26: in a
+    split-K slice of late keys an early query of a verify row may see none; its sums turn NaN, and the decode kernel
+    keeps such a slice out of the merge (l_i > 0 is false for NaN), as it does an empty one."""
     n = start + tl.arange(0, BLOCK_N)
     d = tl.arange(0, D)
     valid = n < seq_len
@@ -39,7 +42,7 @@ def _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i
     v = tl.load(V + kv_off, mask=valid[:, None], other=0.0).to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     s = tl.where(valid[None, :] & (n[None, :] <= q_last[:, None]), s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))  # key 0 is visible to every row: never all -inf
+    m_new = tl.maximum(m_i, tl.max(s, 1))  # key 0 is visible to every row: all -inf only in such a late slice
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
@@ -52,33 +55,41 @@ def _decode_kernel(Q, K, V, O, Lse, PageTable, TableIdx, SeqLens, Order, scale,
                    stride_qb, stride_qh, stride_kn, stride_kh, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                    stride_pt,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                   PRECISION: tl.constexpr, SPLITS: tl.constexpr, ORDERED: tl.constexpr):
+                   PRECISION: tl.constexpr, SPLITS: tl.constexpr, ORDERED: tl.constexpr, WIDTH: tl.constexpr):
     # One program per (request, kv head, split): the GROUP query heads sharing that kv head read each key once.
     # Their queries form a [BLOCK_G, D] tile (rows past GROUP are zeros: tl.dot needs 16 rows). With SPLITS > 1
     # (split-K, for batches too small to fill the GPU) each program sees one slice of the request's positions
     # and stores a partial result for _merge_splits_kernel; with SPLITS == 1 it sees them all and stores the
     # output itself. The GPU starts programs in the order of their ids, a request's (kv head, split) programs
     # together; with ORDERED the r-th request to start is Order[r] (the longest first), else request r.
+    # WIDTH > 1 (chapter 26, a verify step): request b has WIDTH queries, rows b * WIDTH .. b * WIDTH + WIDTH - 1 of
+    # Q, at its last WIDTH positions; the tile holds all of them (query j of head g at row j * GROUP + g), each key
+    # read once for the WIDTH x GROUP queries, each query seeing keys up to its own position.
     kvh = tl.program_id(0) // SPLITS
     split = tl.program_id(0) % SPLITS
     b = tl.load(Order + tl.program_id(1)) if ORDERED else tl.program_id(1)
     row = tl.load(TableIdx + b).to(tl.int64)
     seq_len = tl.load(SeqLens + b)
-    g = tl.arange(0, BLOCK_G)
+    r = tl.arange(0, BLOCK_G)
     d = tl.arange(0, D)
-    heads = kvh * GROUP + g
-    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None], other=0.0)
-    q_last = tl.full([BLOCK_G], seq_len - 1, tl.int32)  # the one new token sits at the last position
+    j = r // GROUP  # which of the request's queries (0 in a decode step)
+    heads = kvh * GROUP + r % GROUP
+    tokens = b * WIDTH + j
+    real = r < WIDTH * GROUP
+    q = tl.load(Q + tokens[:, None] * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=real[:, None],
+                other=0.0)
+    q_last = seq_len - WIDTH + j  # a decode step's one new token sits at the last position
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
-    keep = (g < GROUP)[:, None]
+    keep = real[:, None]
     if SPLITS == 1:  # the whole sequence (a loop from the constant 0 compiles to the tighter code)
         for start in range(0, seq_len, BLOCK_N):
             m_i, l_i, acc = _attend_block(q, q_last, K, V, PageTable, row, kvh, start, seq_len, m_i, l_i, acc, scale,
                                           stride_kn, stride_kh, stride_pt, BLOCK_N, D, PRECISION)
         out = acc / l_i[:, None]
-        tl.store(O + b * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty), mask=keep)
+        tl.store(O + tokens[:, None] * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty),
+                 mask=keep)
     else:
         # This program's slice: whole blocks, so the slices of one request never overlap. A slice past the end of
         # a short request is empty.
@@ -91,15 +102,15 @@ def _decode_kernel(Q, K, V, O, Lse, PageTable, TableIdx, SeqLens, Order, scale,
         seen = l_i > 0
         out = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
         lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
-        part = b * stride_ob + heads * stride_oh + split * stride_os  # partials are [B, Hq, SPLITS, D] float32
+        part = tokens * stride_ob + heads * stride_oh + split * stride_os  # partials: [queries, Hq, SPLITS, D] float32
         tl.store(O + part[:, None] + d[None, :], out, mask=keep)
-        tl.store(Lse + b * stride_lb + heads * stride_lh + split, lse, mask=g < GROUP)
+        tl.store(Lse + tokens * stride_lb + heads * stride_lh + split, lse, mask=real)
 
 
 @triton.jit
 def _merge_splits_kernel(Part, Lse, O, stride_ob, stride_oh, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
                          D: tl.constexpr):
-    # One program per (request, query head): o = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s).
+    # One program per (query, query head): o = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s).
     # Part [B, Hq, SPLITS, D] and Lse [B, Hq, SPLITS] are contiguous float32 (paged_decode_attention made them).
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -107,7 +118,7 @@ def _merge_splits_kernel(Part, Lse, O, stride_ob, stride_oh, SPLITS: tl.constexp
     d = tl.arange(0, D)
     base = (b * tl.num_programs(1) + h) * SPLITS
     lse = tl.load(Lse + base + s, mask=s < SPLITS, other=float("-inf"))
-    weight = tl.exp(lse - tl.max(lse, 0))  # split 0 is never empty: the maximum is finite
+    weight = tl.exp(lse - tl.max(lse, 0))  # key 0, in split 0, is visible to every query: the maximum is finite
     part = tl.load(Part + (base + s)[:, None] * D + d[None, :], mask=(s < SPLITS)[:, None], other=0.0)
     out = tl.sum(weight[:, None] * part, 0) / tl.sum(weight, 0)
     tl.store(O + b * stride_ob + h * stride_oh + d, out.to(O.dtype.element_ty))
@@ -210,8 +221,10 @@ def longest_first(seq_lens: np.ndarray) -> np.ndarray:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                            table_idx: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            block_n: int | None = None, splits: int | None = None,
-                           order: torch.Tensor | None = None, **tuning) -> torch.Tensor:
-    """q [B, Hq, D], caches [slots, Hkv, D], page_table [rows, width] (slot per position) -> [B, Hq, D].
+                           order: torch.Tensor | None = None, width: int = 1, **tuning) -> torch.Tensor:
+    """q [B * width, Hq, D], caches [slots, Hkv, D], page_table [rows, row width] (slot per position) -> like q.
+    Request b attends with `width` queries (chapter 26's verify rows; 1 in a decode step), rows b * width ..
+    b * width + width - 1 of q, at its last `width` positions (seq_lens[b] - width ..), causally.
 
     `block_n` is the number of keys a program folds in per step; None picks it, with the pipeline's stages, from
     the batch (decode_block). `splits` slices every request's positions over that many programs per (request, KV
@@ -223,7 +236,10 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     when each program runs, never what it computes. `tuning` (num_warps, num_stages) goes to the launch: for
     probes that sweep it."""
     head_dim, group, precision = _check(q, k_cache)
-    batch, heads = q.shape[:2]
+    queries, heads = q.shape[:2]
+    batch = len(table_idx)
+    if width < 1 or queries != batch * width:
+        raise ValueError(f"{queries} queries for {batch} requests of width {width}: expected {batch * width}")
     if splits is None:
         splits = decode_splits(batch, k_cache.shape[1], q.device)
     if splits < 1:
@@ -236,8 +252,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if splits == 1:
         dest, lse = out, out  # no partials: the kernel stores the output itself (lse unused)
     else:
-        dest = torch.empty(batch, heads, splits, head_dim, dtype=torch.float32, device=q.device)
-        lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
+        dest = torch.empty(queries, heads, splits, head_dim, dtype=torch.float32, device=q.device)
+        lse = torch.empty(queries, heads, splits, dtype=torch.float32, device=q.device)
     if batch > MAX_GRID_Y:
         raise ValueError(f"a decode batch of {batch} requests is more than one launch takes ({MAX_GRID_Y})")
     grid = (k_cache.shape[1] * splits, batch)
@@ -246,10 +262,11 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                          q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), dest.stride(0),
                          dest.stride(1), dest.stride(2) if splits > 1 else 0, lse.stride(0), lse.stride(1),
                          page_table.stride(0),
-                         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, D=head_dim,
-                         PRECISION=precision, SPLITS=splits, ORDERED=order is not None, **tuning)
+                         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group * width)), BLOCK_N=block_n,
+                         D=head_dim, PRECISION=precision, SPLITS=splits, ORDERED=order is not None, WIDTH=width,
+                         **tuning)
     if splits > 1:
-        _merge_splits_kernel[(batch, heads)](dest, lse, out, out.stride(0), out.stride(1), SPLITS=splits,
+        _merge_splits_kernel[(queries, heads)](dest, lse, out, out.stride(0), out.stride(1), SPLITS=splits,
                                              BLOCK_S=triton.next_power_of_2(splits), D=head_dim)
     return out
 
