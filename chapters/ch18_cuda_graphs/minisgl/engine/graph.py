@@ -135,17 +135,21 @@ class GraphRunner:
         torch.cuda.synchronize(self.device)
         return CudaGraph(forward, self.pool, self.stream)
 
+    def capture_forward(self, batch: Batch) -> Callable[[], torch.Tensor]:
+        """What the graph of a static batch records: the model's forward pass on it."""
+
+        def forward() -> torch.Tensor:
+            with self.ctx.forward_batch(batch):
+                return self.model.forward()
+
+        return forward
+
     def capture(self) -> None:
         """One graph per size, largest first, so the smaller ones reuse the memory pool the largest sized; no
         garbage collection while the graphs are recorded (collector_paused)."""
         with collector_paused(self.stream is not None):
             for size in reversed(self.sizes):
-                batch = self.static_batch(size)
-
-                def forward(batch: Batch = batch) -> torch.Tensor:
-                    with self.ctx.forward_batch(batch):
-                        return self.model.forward()
-
+                forward = self.capture_forward(self.static_batch(size))
                 # Warm-up outside the graph: Triton compiles its kernels and lazily made buffers (RoPE tables moved
                 # to the GPU) appear now, since nothing may be compiled or allocated outside the pool while capturing.
                 forward()

@@ -194,7 +194,7 @@ class Engine:
         The torch backend is not captured on CUDA (it reads lengths on the host); its verify steps stay eager."""
         if self.graph_runner is None or (self.device.type == "cuda" and isinstance(self.attn_backend, TorchAttnBackend)):
             return
-        self.verify_graphs = VerifyGraphRunner(self.graph_runner, k, self.page_table.shape[1])
+        self.verify_graphs = VerifyGraphRunner(self.graph_runner, k, self.page_table, self.token_pool)
 
     @torch.inference_mode()
     def forward_verify(self, batch: Batch, sample: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -229,10 +229,17 @@ class FeatureTap:
         rows = np.repeat([r.table_idx for r in reqs], [r.extend_len for r in reqs])
         if len(rows) != hidden.shape[0]:
             return  # a padded batch (CUDA graphs): EagleProposer refuses those engines
+        # A request computing more positions than the ring holds (a prefill) keeps its last `size`: two positions
+        # for one slot in a single indexed write would leave either one there, not necessarily the later.
+        keep = np.concatenate([np.arange(r.cached_len, r.device_len) >= r.device_len - self.size for r in reqs])
+        positions = positions.long()
+        if not keep.all():
+            index = torch.from_numpy(np.flatnonzero(keep)).to(self._device, non_blocking=True)
+            rows, hidden, positions = rows[keep], hidden[index], positions[index]
         rows_t = torch.from_numpy(rows).to(self._device, non_blocking=True)
-        self.features[rows_t, positions.long() % self.size] = hidden.to(self.features.dtype)
+        self.features[rows_t, positions % self.size] = hidden.to(self.features.dtype)
         for r in reqs:
-            span = np.arange(r.cached_len, r.device_len)
+            span = np.arange(max(r.cached_len, r.device_len - self.size), r.device_len)
             self.owner[r.table_idx, span % self.size] = np.stack([np.full_like(span, r.uid), span], axis=1)
 
     def window(self, req: Req, end: int, width: int) -> int:
