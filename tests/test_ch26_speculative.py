@@ -50,10 +50,12 @@ def reference(prompts) -> list[list[int]]:
     return [hf_greedy(NAME, p, N) for p in prompts]
 
 
-def spec(method: str, k: int, draft: str = DRAFT) -> SpecConfig:
+def spec(method: str, k: int, draft: str = DRAFT, backoff: bool = False) -> SpecConfig:
+    """Without the backoff unless asked: these short answers would spend most steps backing off, and the tests that
+    check what verification does need it to run."""
     if method == "ngram":
-        return SpecConfig("ngram", k)
-    return SpecConfig("draft", k, draft_model_path=model_path(draft))
+        return SpecConfig("ngram", k, backoff=backoff)
+    return SpecConfig("draft", k, draft_model_path=model_path(draft), backoff=backoff)
 
 
 def make_llm(speculative: SpecConfig | None, page_size: int = 1, overlap: bool = False, **kw) -> LLM:
@@ -559,6 +561,45 @@ def test_scripted_drafts_of_every_acceptance_count_keep_pages_exact_step_by_step
     seen = collections.Counter(scripted.counts)
     assert set(seen) == set(range(k + 1)), f"acceptance counts seen {dict(seen)}: the fixture should give all of 0..{k}"
     assert sched.speculation.stats.accepted == sum(scripted.counts), "the stats count what the proposer heard"
+    assert_clean(llm)
+
+
+@pytest.mark.stubs(*RUN_STUBS)
+@pytest.mark.parametrize("miss", ["none found", "all rejected"])
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_steps_that_gain_nothing_back_off_and_decode_with_overlap(prompts, reference, overlap, miss):
+    """Right drafts only from the 12th output token on; before it the proposer finds none (text that repeats
+    nothing) or only wrong ones. A step that gains nothing backs off (after m misses in a row, the next 2^m - 1 steps
+    do not look), so the proposer is asked after 1, 3, 7 and 15 tokens; the steps between decode, with overlap
+    launched while the step before is in flight; from 15 on the steps verify and keep drafts. The answer is HF's,
+    the pages exact after every step."""
+    llm = make_llm(spec("ngram", 3, backoff=True), page_size=4, overlap=overlap)
+    sched = llm.scheduler
+    prompt = prompts[0]
+    scripted = ScriptedProposer({0: prompt + reference[0]}, lambda uid, pos: False)
+    asked = []
+
+    def propose(reqs, ks):
+        made = len(reqs[0].input_ids) - len(prompt)  # output tokens so far
+        asked.append(made)
+        wrong = [[(t + 1) % 1000 + 3 for t in d] if miss == "all rejected" else [] for d in scripted.propose(reqs, ks)]
+        return scripted.propose(reqs, ks) if made >= 12 else wrong
+
+    sched.speculation.proposer.propose = propose
+    launches, launch = [], sched._launch
+    sched._launch = lambda batch: launches.append((batch.phase, len(sched._unprocessed))) or launch(batch)
+    sched.add_request(PendingReq(0, torch.tensor(prompt, dtype=torch.int32), greedy()))
+    sched.run_until_idle(sched.check_integrity)
+    assert_same([sched.finished.pop(0).output_ids], reference[:1], f"backoff, overlap {overlap}")
+    assert asked[:4] == [1, 3, 7, 15], f"the proposer was asked after {asked} output tokens, expected 1, 3, 7, 15, .."
+    stats = sched.speculation.stats
+    assert stats.accepted >= 6, f"from 15 tokens on the steps should verify and keep drafts: {stats}"
+    # Of the 11 steps that did not look, those after a decode step launch while it is in flight; after a verify step
+    # the next launch waits for its accepted counts (with misses by rejection: the first of each of 3 backoffs).
+    overlapped = sum(phase == "decode" and in_flight > 0 for phase, in_flight in launches)
+    want = (11 if miss == "none found" else 8) if overlap else 0
+    assert overlapped == want, f"{overlapped} decode steps were launched with a step in flight, expected {want} " \
+                               f"(launches: {launches})"
     assert_clean(llm)
 
 
@@ -1192,8 +1233,8 @@ def test_a_server_with_ngram_speculation_answers_as_without(prompts, reference):
     from minisgl.server.local import LocalServer
 
     ngram_lookup([1, 2, 1], 1, 1, 1)  # on the skeleton, the stub fails here, in this process, not in the server's
-    flags = ("--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", "3", "--max-running-reqs", "4",
-             "--max-seq-len", "256", "--cpu-kv-cache-mb", "16")
+    flags = ("--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", "3", "--speculative-backoff", "off",
+             "--max-running-reqs", "4", "--max-seq-len", "256", "--cpu-kv-cache-mb", "16")
     with LocalServer(model_path(NAME), *flags, echo=False) as server:
         for i in (0, 1):
             r = httpx.post(server.url + "/v1/completions", timeout=120, json={
@@ -1215,6 +1256,8 @@ def test_a_server_with_ngram_speculation_answers_as_without(prompts, reference):
     (["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "0"],
      "--speculative-num-draft-tokens must be an integer >= 1, got 0"),
     (["--speculative-algorithm", "medusa"], "invalid choice: 'medusa'"),
+    (["--speculative-algorithm", "ngram", "--speculative-backoff", "no"], "expected on or off, got 'no'"),
+    (["--speculative-backoff", "off"], "--speculative-backoff needs --speculative-algorithm"),
 ])
 def test_bad_speculative_flags_stop_the_server_at_start_up(capsys, argv, match):
     from minisgl.server.args import parse_args
@@ -1231,6 +1274,9 @@ def test_the_speculative_flags_reach_the_scheduler():
     args = parse_args(["--model", "m", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
                        "--speculative-ngram-max-match-window-size", "4"])
     assert args.scheduler_config.speculative == SpecConfig("ngram", 5, max_n=4)
+    assert args.scheduler_config.speculative.backoff, "steps that gain nothing back off by default"
+    off = parse_args(["--model", "m", "--speculative-algorithm", "ngram", "--speculative-backoff", "off"])
+    assert off.scheduler_config.speculative == SpecConfig("ngram", backoff=False)
     assert parse_args(["--model", "m"]).scheduler_config.speculative is None, "speculation is off by default"
 
 

@@ -11,10 +11,12 @@ answers equal those of decoding without speculation; on a GPU the forward's own 
 CPU the host's CPU time per step inside and outside the forward passes (run with MINISGL_CPU_THREADS=1).
 
 Methods: "none" (plain decoding, CUDA graphs where the engine has them), "ngram", "draft" and "eagle" (the chapter's
-proposers; "draft" takes --draft-model, "eagle" --eagle-head), and "replay" at each of --replay-rates: the drafts are the answer plain
+proposers; "draft" takes --draft-model, "eagle" --eagle-head), "nodraft" (a proposer that never finds a draft, as
+n-gram lookup on text that repeats nothing: what speculation costs where it never applies), and "replay" at each of --replay-rates: the drafts are the answer plain
 decoding gave, each token spoiled with probability 1 - rate (rate 0: every draft wrong, so every verify step of k
 drafts yields one token: what a verify step costs). A model with random weights writes text no proposer can
-guess; replay gives it a chosen acceptance instead. It holds while the answers stay those of plain decoding: in
+guess; replay gives it a chosen acceptance instead (without the scheduler's backoff, so that every step verifies).
+It holds while the answers stay those of plain decoding: in
 float32; in bfloat16 a verify pass rounds differently from a decode step, an answer can part from plain decoding's
 at a near-tie, and replayed drafts are wrong from there on. The step times of "none" and "replay 0" give the
 speed-up at any acceptance a instead: a row gains (1 - a^(k+1)) / (1 - a) tokens a step.
@@ -23,6 +25,7 @@ speed-up at any acceptance a instead: a row gains (1 - a^(k+1)) / (1 - a) tokens
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -35,6 +38,15 @@ from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.spec import Proposer, SpecConfig, SpecStats
 from tools.models import ensure_model, model_path_from_env
+
+
+class NoDraftProposer(Proposer):
+    """Finds nothing, as n-gram lookup does on text that repeats nothing: what speculation costs when it never
+    applies (the scheduler's backoff, chapter 26)."""
+
+    def propose(self, reqs, ks):
+        self.draft_probs = [None] * len(reqs)
+        return [[] for _ in reqs]
 
 
 class ReplayProposer(Proposer):
@@ -205,7 +217,7 @@ def main() -> None:
         results["gpu"] = torch.cuda.get_device_name()
     plain_llm = LLM(path, **common)
     spec_llm = (LLM(path, speculative=SpecConfig("ngram", args.k), **common)
-                if {"ngram", "replay"} & set(args.methods) else None)
+                if {"ngram", "replay", "nodraft"} & set(args.methods) else None)
     draft_llm = None
     if "draft" in args.methods:
         draft = args.draft_model or ensure_model("smollm2-draft")
@@ -227,6 +239,13 @@ def main() -> None:
                     llm.scheduler.speculation.proposer = ngram
                 elif method == "replay":
                     llm.scheduler.speculation.proposer = ReplayProposer(answers, rate, vocab)
+                elif method == "nodraft":
+                    llm.scheduler.speculation.proposer = NoDraftProposer()
+                if llm is spec_llm:
+                    speculation = llm.scheduler.speculation
+                    speculation.clear()  # each method starts without a backoff
+                    if hasattr(speculation.config, "backoff"):  # replayed drafts measure every verify step: none
+                        speculation.config = dataclasses.replace(speculation.config, backoff=method != "replay")
                 row = {"batch": batch, "method": method if rate is None else f"replay {rate}",
                        **measure(llm, prompts, args.tokens, args.repeat, plain)}
                 results["runs"].append(row)

@@ -25,6 +25,8 @@ class SpecConfig:
     min_n: int = 1  # n-gram window: the shortest suffix looked up (SGLang's min match window, vLLM's prompt_lookup_min)
     max_n: int = 3  # ...and the longest, tried first
     draft_model_path: str | Path | None = None  # "draft": a model folder (config.json); "eagle": a head (eagle.json)
+    backoff: bool = True  # steps that gain nothing (no draft found, or every draft rejected) make the next few plain
+    # decode steps, run with overlap (scheduler/speculate.py)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -33,6 +35,8 @@ class SpecConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"SpecConfig.{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.backoff, bool):
+            raise ValueError(f"SpecConfig.backoff must be True or False, got {self.backoff!r}")
         if self.max_n < self.min_n:
             raise ValueError(f"SpecConfig.max_n ({self.max_n}) must be >= SpecConfig.min_n ({self.min_n})")
         if self.method in ("draft", "eagle"):

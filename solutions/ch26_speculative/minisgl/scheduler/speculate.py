@@ -17,6 +17,12 @@ waiting (verify); the host reads the decisions back once, when it processes the 
 requests on (settle). What needs them waits there: the drafts of step t+1 are guessed from the tokens step t
 produced, and its positions and pages follow from t's accepted counts, so the overlap loop processes a verify step
 before it schedules the next; the host's other work (replies, new requests) runs while the device verifies.
+
+A step that gains nothing costs more than a decode step: one where no row found a draft (n-gram lookup on text that
+repeats nothing) is a decode step processed before the next is scheduled, overlap lost for nothing; one where every
+draft was rejected is a verify step for one token a row. So such steps back off (SpecConfig.backoff): after m of
+them in a row the next 2^m - 1 steps (at most MAX_SKIPPED_STEPS) do not propose at all and run as ordinary decode
+steps, with overlap; a step that keeps a draft ends the backoff.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from minisgl.core import Batch, Drafts, Req, SamplingParams
 from minisgl.engine.engine import Engine
 from minisgl.scheduler.cache import CacheManager
 from minisgl.spec import SpecConfig, SpecStats, make_proposer, verify_batch
+
+MAX_SKIPPED_STEPS = 15  # the longest backoff: one step in 16 still looks for drafts
 
 
 def can_speculate(params: SamplingParams) -> bool:
@@ -55,6 +63,14 @@ class Speculation:
         # uid -> device_len at launch, for the requests of a verify step launched and not yet settled: their pages
         # cover their drafts until then
         self.in_flight: dict[int, int] = {}
+        self.misses = 0  # steps in a row that looked for drafts and found none
+        self.skips = 0  # steps left that will not look (the backoff)
+
+    @property
+    def will_propose(self) -> bool:
+        """Whether the next decode step looks for drafts: if so, it needs the tokens of the step before it on the
+        host (the scheduler processes that step first); if not, it decodes with overlap."""
+        return self.skips == 0
 
     def draft_lengths(self, reqs: list[Req], constrained: Container[int]) -> list[int]:
         """How many drafts each running request may take this step (0: it decodes one token); `constrained`: the
@@ -88,11 +104,17 @@ class Speculation:
     def speculate(self, batch: Batch, constrained: Container[int]) -> Batch:
         """The decode batch, or the verify batch of its rows when any of them gets drafts. A row's drafts go into
         its token-pool row after its last token, and its device_len covers them: the pass computes them."""
+        if self.skips:
+            self.skips -= 1
+            return batch
         ks = self.draft_lengths(batch.reqs, constrained)
         if not any(ks):
             return batch
         proposer = self.proposer
-        drafts = self.fit_drafts(batch.reqs, proposer.propose(batch.reqs, ks))
+        proposed = proposer.propose(batch.reqs, ks)
+        if not any(proposed):
+            self.gained(False)
+        drafts = self.fit_drafts(batch.reqs, proposed)
         if not any(drafts):
             for req, k in zip(batch.reqs, ks):
                 if k:
@@ -107,6 +129,12 @@ class Speculation:
         verify = Batch(batch.reqs, "verify")
         verify.drafts = Drafts(drafts, proposer.draft_probs, ks)
         return verify
+
+    def gained(self, kept: bool) -> None:
+        """A step that looked for drafts kept some (the backoff ends) or gained nothing (it grows)."""
+        self.misses = 0 if kept else self.misses + 1
+        if self.config.backoff:
+            self.skips = min(2 ** self.misses - 1, MAX_SKIPPED_STEPS)
 
     def verify(self, batch: Batch, ends: list[int]) -> torch.Tensor:
         """Run a prepared verify batch (`ends`: each row's device_len before its pages were allocated) and queue its
@@ -137,6 +165,7 @@ class Speculation:
             self.cache.free_rejected(req, end)
             if k:
                 self.proposer.accepted(req, n if draft else 0)
+        self.gained(any(accepted))
         stats = self.stats
         stats.verify_steps += 1
         stats.proposed += sum(len(d) for d in drafts)
@@ -159,6 +188,7 @@ class Speculation:
     def clear(self) -> None:
         self.in_flight.clear()
         self.proposer.reset()
+        self.misses = self.skips = 0
 
     def status(self) -> dict[str, int]:
         stats = self.stats  # since the scheduler was made

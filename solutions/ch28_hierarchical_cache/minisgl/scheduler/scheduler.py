@@ -362,9 +362,12 @@ class Scheduler:
         """Launch the next batch, then process `last` (launched by the previous call) while it runs.
         Returns the batch now in flight, for the next call; None if nothing was launched."""
         with self._on_stream():
-            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts, and the next verify
-            # step's positions and pages need last's accepted counts (its launch did not wait for them)
-            if last is not None and (self.grammar.matchers or self.speculation is not None):
+            # chapter 25: the next masks need last's tokens; chapter 26: so do the next drafts (unless the proposer
+            # backs off), and the next verify step's positions and pages need last's accepted counts (its launch did
+            # not wait for them)
+            spec = self.speculation
+            if last is not None and (self.grammar.matchers
+                                     or spec is not None and (last.batch.is_verify or spec.will_propose)):
                 self._process(last)
                 last = None
             batch = self.schedule_next_batch()

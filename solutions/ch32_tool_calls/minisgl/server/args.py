@@ -79,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
                    help="chapter 26: the shortest suffix n-gram lookup tries (default 1)")
     p.add_argument("--speculative-ngram-max-match-window-size", type=int, default=None,
                    help="chapter 26: the longest suffix n-gram lookup tries, first (default 3)")
+    p.add_argument("--speculative-backoff", type=on_off, default=None, metavar="{on,off}",
+                   help="chapter 26: steps that gain nothing make the next few plain decode steps (default on)")
     # Chapter 29, SGLang's flag names: one server of a prefill/decode pair (sglang-router --pd-disaggregation in front)
     p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default=None,
                    help="chapter 29: this server prefills and sends the KV (prefill) or receives it and decodes "
@@ -179,7 +181,14 @@ def lora_engine_args(a: argparse.Namespace) -> dict:
 
 
 SPEC_FLAGS = {"num_tokens": "--speculative-num-draft-tokens", "draft_model_path": "--speculative-draft-model-path",
-              "min_n": "--speculative-ngram-min-match-window-size", "max_n": "--speculative-ngram-max-match-window-size"}
+              "min_n": "--speculative-ngram-min-match-window-size", "max_n": "--speculative-ngram-max-match-window-size",
+              "backoff": "--speculative-backoff"}
+
+
+def on_off(value: str) -> bool:
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {value!r}")
+    return value == "on"
 
 
 def spec_config(a: argparse.Namespace) -> SpecConfig | None:
