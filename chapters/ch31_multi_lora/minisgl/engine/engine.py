@@ -28,7 +28,7 @@ import torch
 
 from minisgl.attention import create_attention_backend, resolve_backend
 from minisgl.attention.torch_backend import TorchAttnBackend
-from minisgl.attention.utils import ints_to_device
+from minisgl.attention.utils import ints_to_device, prepare_verify
 from minisgl.core import Batch, BatchLogprobs, Context, SamplingParams
 from minisgl.distributed import get_tp_info, min_across_ranks, split_heads
 from minisgl.engine.config import EngineConfig
@@ -183,6 +183,8 @@ class Engine:
             return self.graph_runner.replay(batch)
         if self.verify_graphs is not None and self.verify_graphs.can_use(batch):
             return self.verify_graphs.replay(batch)
+        if batch.is_verify and batch.input_ids is None:  # chapter 26: flattened only to run eagerly
+            prepare_verify(batch, self.token_pool, self.page_table)
         self.attn_backend.prepare_metadata(batch)
         with self.ctx.forward_batch(batch):
             return self.model.forward()

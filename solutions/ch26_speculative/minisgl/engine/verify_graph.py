@@ -31,7 +31,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from minisgl.attention.utils import ints_to_device
+from minisgl.attention.utils import ints_to_device, prepare_verify
 from minisgl.core import Batch
 from minisgl.engine.graph import GraphRunner
 
@@ -148,6 +148,8 @@ class VerifyGraphRunner(GraphRunner):
             sent = ints_to_device(rows + [self.padding_row, 0, 0] * (size - batch.size) + index, np.int64, self.device)
             self.rows_in[:size].view(-1).copy_(sent[: 3 * size])
             return self.graphs[size].replay().index_select(0, sent[3 * size:])
+        if batch.input_ids is None:
+            prepare_verify(batch, self.token_pool, self.page_table)
         index = ints_to_device(index, np.int64, self.device)
         self.input_ids[:n].zero_()
         self.positions[:n].zero_()

@@ -240,8 +240,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     batch = len(table_idx)
     if width < 1 or queries != batch * width:
         raise ValueError(f"{queries} queries for {batch} requests of width {width}: expected {batch * width}")
-    if splits is None:
-        splits = decode_splits(batch, k_cache.shape[1], q.device)
+    if splits is None:  # a verify row's program does `width` queries' work: split as that many rows would be
+        # (an H100, 8 rows of width 5 over 320 keys: 8.7 us a layer unsplit, 10.5 with the 8 slices 8 rows get)
+        splits = decode_splits(queries, k_cache.shape[1], q.device)
     if splits < 1:
         raise ValueError(f"splits must be >= 1, got {splits}")
     if block_n is None:
