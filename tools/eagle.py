@@ -246,7 +246,7 @@ def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, tem
     from minisgl.spec import SpecConfig
 
     llm = LLM(str(model), max_running_reqs=len(prompt_ids), max_seq_len=max(map(len, prompt_ids)) + max_new + k + 1,
-              cpu_kv_cache_mb=1024, seed=seed, speculative=SpecConfig("eagle", k, draft_model_path=head))
+              cpu_kv_cache_mb=1024, seed=seed, speculative=SpecConfig("eagle", k, draft_model_path=head, backoff=False))
     spec = llm.scheduler.speculation
     at = [[0, 0] for _ in range(k)]  # per draft position: drafts proposed there, kept there
     settle = spec.settle

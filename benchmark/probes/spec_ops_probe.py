@@ -72,7 +72,7 @@ def main() -> None:
     rows, seq = max(args.batch), 64 + args.tokens + args.k + 64
     common = dict(page_size=args.page_size, max_seq_len=seq, max_running_reqs=rows, cuda_graph_max_bs=args.graphs,
                   num_pages=rows * -(-seq // args.page_size) + 8)
-    plain, spec = LLM(path, **common), LLM(path, speculative=SpecConfig("ngram", args.k), **common)
+    plain, spec = LLM(path, **common), LLM(path, speculative=SpecConfig("ngram", args.k, backoff=False), **common)
     vocab = plain.engine.model_config.vocab_size
     params = SamplingParams(max_tokens=args.tokens, ignore_eos=True)
     for batch in args.batch:
