@@ -29,7 +29,7 @@ PLAYER = ".trace-player"
 # The stage pages' embedded players: (trace, engine, step) in page order, and what the page says happens there.
 STAGE_PLAYERS = {
     "stage2": [("ch10", 0, 0), ("ch09", 1, 17)],
-    "stage5": [("ch23", 1, 43), ("ch26", 1, 5)],
+    "stage5": [("ch23", 1, 43), ("ch26", 2, 1)],
 }
 
 
@@ -195,24 +195,24 @@ def test_trace_player_fits_a_phone_and_the_stage_pages_embed_traces(built_site: 
                     shown = page.eval_on_selector_all(".trace-player", """rs => rs.map(r =>
                         [...r.querySelectorAll('.tp-events li')].map(li => [li.className, li.textContent]))""")
                     assert any(k == "tp-ev-retract" for k, _ in shown[0]), f"{where}: ch23's player shows no retraction: {shown[0]}"
-                    kept = {"": "request 0 kept 2 drafts", "zh/": "请求 0 保留了 2 个 draft"}[lang]
+                    kept = {"": "request 1 kept 1 drafts", "zh/": "请求 1 保留了 1 个 draft"}[lang]
                     assert ["tp-ev-accept", kept] in shown[1], f"{where}: ch26's player does not show {kept!r}: {shown[1]}"
 
 
 def test_the_stage_pages_name_steps_that_show_what_they_describe():
     """Stage 5's page says: at step 43 of ch23's engine 1 a request is retracted (and admitted again at step 52 with
-    39 tokens found in the tree, 24 recomputed); at step 5 of ch26's engine 1 a verify step keeps some drafts of a row
-    and rejects the others, whose pages go back. A re-recorded trace that moves these steps fails here, not silently."""
+    39 tokens found in the tree, 24 recomputed); at step 1 of ch26's engine 2 (the draft model) a verify step keeps one of
+    request 1's two drafts and none of request 0's, and the rejected drafts' pages go back. A re-recorded trace that moves these steps fails here, not silently."""
     steps = book(23)["engines"][1]["steps"]
     retract = [e for e in steps[43]["before"] + steps[43]["after"] if e["e"] == "retract"]
     assert [(e["uid"], e["known"]) for e in retract] == [(7, 63)], f"ch23 engine 1 step 43: retractions {retract}"
     readmit = [e for e in steps[52]["before"] if e["e"] == "admit"]
     assert [(e["uid"], e["hit"], e["end"] - e["start"]) for e in readmit] == [(7, 39, 24)], \
         f"ch23 engine 1 step 52: admissions {readmit}"
-    step = book(26)["engines"][1]["steps"][5]
-    assert step["phase"] == "verify", f"ch26 engine 1 step 5 is a {step['phase']} step"
+    step = book(26)["engines"][2]["steps"][1]
+    assert step["phase"] == "verify", f"ch26 engine 2 step 1 is a {step['phase']} step"
     drafts = {r["uid"]: len(r.get("drafts", [])) for r in step["rows"]}
     kept = {e["uid"]: e["kept"] for e in step["after"] if e["e"] == "accept"}
-    assert drafts[0] == 4 and kept[0] == 2, f"ch26 engine 1 step 5: request 0 has {drafts[0]} drafts, kept {kept[0]}"
+    assert (drafts, kept) == ({0: 2, 1: 2}, {0: 0, 1: 1}), f"ch26 engine 2 step 1: drafts {drafts}, kept {kept}"
     assert any(e["e"] == "free" and e["by"] == "free_rejected" for e in step["after"]), \
-        "ch26 engine 1 step 5: the rejected drafts' pages are not given back"
+        "ch26 engine 2 step 1: the rejected drafts' pages are not given back"
