@@ -231,9 +231,9 @@ class FeatureTap:
             return  # a padded batch (CUDA graphs): EagleProposer refuses those engines
         # A request computing more positions than the ring holds (a prefill) keeps its last `size`: two positions
         # for one slot in a single indexed write would leave either one there, not necessarily the later.
-        keep = np.concatenate([np.arange(r.cached_len, r.device_len) >= r.device_len - self.size for r in reqs])
         positions = positions.long()
-        if not keep.all():
+        if any(r.extend_len > self.size for r in reqs):  # a decode or verify step never does: no array built
+            keep = np.concatenate([np.arange(r.cached_len, r.device_len) >= r.device_len - self.size for r in reqs])
             index = torch.from_numpy(np.flatnonzero(keep)).to(self._device, non_blocking=True)
             rows, hidden, positions = rows[keep], hidden[index], positions[index]
         rows_t = torch.from_numpy(rows).to(self._device, non_blocking=True)
