@@ -178,6 +178,31 @@ def ranks_agree(name: str) -> torch.Tensor:
     return per_rank[0]
 
 
+def rank_fails_or_waits_in_a_collective() -> None:
+    """Rank 1 raises its own error; rank 0 waits for it in an all-reduce, which breaks when rank 1 exits."""
+    if get_tp_info().rank == 1:
+        raise ValueError("rank 1's own error")
+    torch.distributed.all_reduce(torch.ones(1))
+
+
+def test_a_failing_rank_is_reported_by_its_own_error_not_by_the_peer_it_broke(monkeypatch):
+    """Both ranks' reports are waiting when the launcher looks (a busy machine): it must raise the error rank 1
+    raised, not the broken all-reduce rank 0 saw after rank 1 left, though it reads rank 0's report first."""
+    from minisgl.distributed import launch
+
+    def late_wait(conns, timeout=None):
+        time.sleep(3.0)  # both ranks have reported by now
+        return sorted(wait(conns, timeout), key=conns.index)  # rank 0's broken all-reduce first
+
+    wait = launch.wait
+    monkeypatch.setattr(launch, "wait", late_wait)
+    with pytest.raises(BaseException) as raised:
+        run_on_ranks(rank_fails_or_waits_in_a_collective, 2, timeout=60)
+    assert isinstance(raised.value, ValueError) and "rank 1's own error" in str(raised.value), (
+        f"run_on_ranks raised {type(raised.value).__name__}: {str(raised.value)[:200]}; the root cause is rank 1's "
+        "ValueError (rank 0's all-reduce only broke because rank 1 had exited)")
+
+
 @pytest.mark.stubs("LinearRowParallel.forward")
 def test_column_then_row_parallel_mlp_equals_the_unsharded_mlp():
     w = full_weights()

@@ -18,7 +18,7 @@ import torch
 
 from minisgl.distributed import (broadcast_object, destroy_process_groups, gather_objects, get_tp_info,
                                  init_process_groups, rendezvous_store, split_heads)
-from minisgl.distributed.launch import rank_failure, send_failure
+from minisgl.distributed.launch import rank_failure, root_cause, send_failure
 from minisgl.engine import EngineConfig
 from minisgl.env import ENV
 from minisgl.models import ModelConfig
@@ -88,16 +88,6 @@ def rank_main(rank: int, size: int, store_port: int, llm_class: type, model_path
     except BaseException as error:
         send_failure(conn, error)
         os._exit(1)  # skip interpreter shutdown: a peer may still hold this rank in a collective
-
-
-def root_cause(failures: list[tuple[BaseException, bool, int | None]]) -> BaseException:
-    """The error worth showing among (error, reported by the rank, exit code) of the failed ranks: a rank's own
-    error first, then a rank killed by a signal, and only then the broken collectives its peers saw."""
-    broken = (RuntimeError, torch.distributed.DistError)  # what a peer's death looks like to the others
-    own = [e for e, reported, _ in failures if reported and not isinstance(e, broken)]
-    killed = [e for e, reported, code in failures if not reported and code is not None and code < 0]
-    rest = [e for e, _, _ in failures] or [RuntimeError("a tensor-parallel rank failed")]
-    return (own or killed or rest)[0]
 
 
 class TPGroup:
