@@ -560,7 +560,11 @@ def test_scripted_drafts_of_every_acceptance_count_keep_pages_exact_step_by_step
     assert_same(got, reference, "scripted drafts")
     seen = collections.Counter(scripted.counts)
     assert set(seen) == set(range(k + 1)), f"acceptance counts seen {dict(seen)}: the fixture should give all of 0..{k}"
-    assert sched.speculation.stats.accepted == sum(scripted.counts), "the stats count what the proposer heard"
+    stats = sched.speculation.stats
+    assert stats.accepted == sum(scripted.counts), "the stats count what the proposer heard"
+    kept = [sum(n > j for n in scripted.counts) for j in range(k)]  # a draft at j is kept when more than j were
+    assert stats.accepted_at == kept, f"drafts kept per draft position: stats {stats.accepted_at}, proposer {kept}"
+    assert sum(stats.proposed_at) == stats.proposed, f"{stats.proposed_at} drafts per position, {stats.proposed} in all"
     assert_clean(llm)
 
 

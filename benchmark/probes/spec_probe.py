@@ -129,7 +129,8 @@ def measure(llm: LLM, prompts, tokens: int, repeat: int, plain: list[list[int]] 
             "tok_per_cpu_s": rate / statistics.median(cpu), "runs": repeat, "steps": steps, "step_ms": 1e3 * (statistics.median(walls) - prefill) / max(steps, 1),
             "tokens_per_step": (tokens - 1) / max(steps, 1), "verify_steps": stats.verify_steps // repeat,
             "proposed": stats.proposed // repeat, "accepted": stats.accepted // repeat,
-            "acceptance": stats.acceptance_rate, "same_answers_as_plain": same, "forward_ms": forward_ms, **host}
+            "acceptance": stats.acceptance_rate, "kept_at_draft": [round(x, 3) for x in stats.kept_at()],
+            "same_answers_as_plain": same, "forward_ms": forward_ms, **host}
 
 
 def host_times(llm: LLM, prompts, tokens: int) -> dict[str, float]:

@@ -13,7 +13,7 @@ target alone would have produced them: greedy answers are token-identical, sampl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 import numpy as np
@@ -27,15 +27,36 @@ from minisgl.engine.sample import top_k_top_p_filter
 @dataclass
 class SpecStats:
     """What speculation did since the scheduler was made: verify steps run, draft tokens checked in them
-    (proposed) and kept (accepted); every verify row also adds one token of the target's own."""
+    (proposed) and kept (accepted); every verify row also adds one token of the target's own. Per draft position
+    j (0: a row's first draft), the drafts checked there and kept there: a draft is kept only after every draft
+    before it was, so the kept share falls with j (how far ahead a proposer can guess)."""
 
     verify_steps: int = 0
     proposed: int = 0
     accepted: int = 0
+    proposed_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.proposed if self.proposed else 0.0
+
+    def count_step(self, drafts: Sequence[Sequence[int]], accepted: Sequence[int]) -> None:
+        """One verify step: each row's drafts, and how many of them it kept."""
+        self.verify_steps += 1
+        width = max(map(len, drafts), default=0)
+        for at in (self.proposed_at, self.accepted_at):
+            at.extend([0] * (width - len(at)))
+        for draft, n in zip(drafts, accepted):
+            self.proposed += len(draft)
+            self.accepted += n
+            for j in range(len(draft)):
+                self.proposed_at[j] += 1
+                self.accepted_at[j] += j < n
+
+    def kept_at(self) -> list[float]:
+        """The share of drafts kept at each draft position."""
+        return [kept / max(n, 1) for n, kept in zip(self.proposed_at, self.accepted_at)]
 
 
 def accept_greedy(drafts: torch.Tensor, target_tokens: torch.Tensor, draft_lens: torch.Tensor) -> torch.Tensor:

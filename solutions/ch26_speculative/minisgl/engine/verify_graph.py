@@ -105,6 +105,9 @@ class VerifyGraphRunner(GraphRunner):
         return batch
 
     def capture_forward(self, batch: Batch):
+        """On a backend that builds its inputs on the device (on_device): the graph records build_inputs from the
+        rows_in buffer, then the forward pass, so a replay needs one copy of (table row, cached length, width) per
+        row. Otherwise the plain forward pass over inputs the host prepared."""
         if not self.on_device:
             return super().capture_forward(batch)
         size = batch.size

@@ -132,8 +132,8 @@ class Speculation:
 
     def gained(self, kept: bool) -> None:
         """A step that looked for drafts kept some (the backoff ends) or gained nothing (it grows)."""
-        self.misses = 0 if kept else self.misses + 1
         if self.config.backoff:
+            self.misses = 0 if kept else self.misses + 1
             self.skips = min(2 ** self.misses - 1, MAX_SKIPPED_STEPS)
 
     def verify(self, batch: Batch, ends: list[int]) -> torch.Tensor:
@@ -166,10 +166,7 @@ class Speculation:
             if k:
                 self.proposer.accepted(req, n if draft else 0)
         self.gained(any(accepted))
-        stats = self.stats
-        stats.verify_steps += 1
-        stats.proposed += sum(len(d) for d in drafts)
-        stats.accepted += sum(accepted)
+        self.stats.count_step(drafts, accepted)
         return runs
 
     def release(self, req: Req) -> None:
