@@ -22,7 +22,7 @@ import torch
 if not torch.cuda.is_available():  # before triton is imported: on a CPU the Triton kernels run in its interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from helpers import (TEXTS, assert_clean, assert_close, attention_reference, hf_cached, hf_greedy,
+from helpers import (TEXTS, assert_clean, assert_close, attention_reference, hf_cached, hf_greedy, hf_logits,
                      hf_model, model_path, needs_triton, scattered_kv_cache, token_rows, tokenizer)
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.llm import LLM
@@ -953,6 +953,29 @@ def test_a_trained_eagle_head_predicts_the_targets_next_tokens_on_its_training_t
     _, head, data = eagle_head
     acc = eagle.accuracy(head, data)
     assert acc >= 0.8, f"the trained head guesses the target's next token at {acc:.2f} of its training positions"
+
+
+def test_sampled_training_answers_keep_the_targets_greedy_tokens_as_labels():
+    """make draft --samples: answers sampled at a temperature are more text to learn from, but the label after each
+    position stays the target's greedy token there (HF's argmax over the same tokens), not the token the sample drew.
+    Positions whose top two logits are within 1e-4 are skipped: a float32 tie may break either way on another CPU."""
+    from tools import eagle
+
+    tok = tokenizer(NAME)
+    llm = make_llm(None, max_running_reqs=4, cache_type="naive")
+    data = eagle.collect(llm, [eagle.encode(tok, t) for t in eagle.prompts("train")[:4]], 16, temperature=1.0)
+    drawn = 0
+    for i, s in enumerate(data):
+        logits = hf_logits(NAME, s.tokens[:-1].tolist())
+        top2 = logits.topk(2).values
+        clear = (top2[:, 0] - top2[:, 1]) > 1e-4
+        want = logits.argmax(-1)
+        wrong = ((want != s.next_tokens) & clear).nonzero().flatten().tolist()
+        assert not wrong, (f"answer {i}: labels differ from the target's argmax at positions {wrong[:5]} (label "
+                           f"{s.next_tokens[wrong[0]].item()}, HF argmax {want[wrong[0]].item()}, the answer's token "
+                           f"{s.tokens[wrong[0] + 1].item()})")
+        drawn += int((s.tokens[s.prompt_len:] != s.next_tokens[s.prompt_len - 1:]).sum())
+    assert drawn > 0, "at temperature 1 some sampled answer token should differ from the target's greedy one"
 
 
 @pytest.mark.stubs("EagleHead.forward")

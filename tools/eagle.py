@@ -13,8 +13,7 @@
    does, from its own predicted feature and the next token, again and again (EAGLE-3's training-time test): a loss
    at each of `--unroll` chained guesses.
 
-On a GPU (--device auto finds one) the target answers in bfloat16 and the head trains there too, so many times the
-text a CPU run makes is a few minutes' work.
+With --device cuda (auto: when there is one) the target answers in bfloat16 and the head trains on the GPU.
 """
 
 from __future__ import annotations
@@ -169,21 +168,22 @@ def unrolled(head, features, tokens, positions, valid, steps: int) -> list[torch
 
 
 def unrolled_loss(head, to_draft, features, tokens, positions, labels, targets, valid, steps: int,
-                  decay: float = 0.8) -> torch.Tensor:
-    """Each chained guess of the target's token and feature scored, weighted decay^(m-1): a later guess counts
-    only when the earlier ones were kept."""
+                  decay: float = 0.8, feature_weight: float = 1.0) -> torch.Tensor:
+    """Each chained guess of the target's token and feature (that part weighted feature_weight) scored, weighted
+    decay^(m-1): a later guess counts only when the earlier ones were kept."""
     total = 0.0
     for m, hidden in enumerate(unrolled(head, features, tokens, positions, valid, steps)):
         ok = shift(valid, m)  # the chain from pair i reaches pair i + m inside the chunk
         want = torch.where(ok, to_draft[shift(labels, m)], -100)
         ce = F.cross_entropy(head.logits(hidden).flatten(0, 1), want.flatten(), ignore_index=-100)
         reg = F.smooth_l1_loss(hidden[ok], shift(targets, m)[ok]) if ok.any() else hidden.sum() * 0
-        total = total + decay ** m * (ce + reg)
+        total = total + decay ** m * (ce + feature_weight * reg)
     return total
 
 
 def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: int = 8, length: int = 64,
-          noise: float = 0.05, unroll: int = 4, seed: int = 0, progress: bool = True) -> list[float]:
+          noise: float = 0.05, unroll: int = 4, seed: int = 0, progress: bool = True,
+          feature_weight: float = 1.0) -> list[float]:
     """AdamW on the head's fc and layer, wherever the head is; the loss per step (cross-entropy + smooth L1 on the
     features, at each of `unroll` chained guesses)."""
     from tqdm import tqdm
@@ -204,7 +204,8 @@ def train(head, data: list[Sequence], steps: int, lr: float = 1e-3, batch_size: 
         features = features + noise * torch.randn(features.shape, generator=g)  # EAGLE: robust to its own errors
         features, tokens, positions, labels, targets, valid = (
             t.to(device, non_blocking=True) for t in (features, tokens, positions, labels, targets, valid))
-        loss = unrolled_loss(head, to_draft, features, tokens, positions, labels, targets, valid, unroll)
+        loss = unrolled_loss(head, to_draft, features, tokens, positions, labels, targets, valid, unroll,
+                             feature_weight=feature_weight)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -253,6 +254,29 @@ def new_head(engine, data: list[Sequence], vocab_size: int, window: int, seed: i
     vocab_ids = draft_vocab(data, min(vocab_size, engine.model_config.vocab_size))
     c = HeadConfig.for_target(engine.model_config, len(vocab_ids), window)
     return EagleHead(c, *head_weights(engine, device), vocab_ids.to(device))
+
+
+def init_from_target_layer(head, engine, index: int) -> None:
+    """Start the head's decoder layer from the target's layer `index` (its merged qkv and gate_up split back into
+    the head's projections): a layer that already works on this model's hidden states."""
+    layer = engine.model.model.layers[index]
+    attn, mlp, c = layer.self_attn, layer.mlp, head.c
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    with torch.inference_mode(False), torch.no_grad():
+        weights = lambda t: t.detach().float().to(head.fc.weight.device).clone()  # noqa: E731
+        qkv, gate_up = weights(attn.qkv_proj.weight), weights(mlp.gate_up_proj.weight)
+        h = head.layer
+        for param, value in ((h.q_proj.weight, qkv[:q]), (h.k_proj.weight, qkv[q:q + kv]),
+                             (h.v_proj.weight, qkv[q + kv:]), (h.o_proj.weight, weights(attn.o_proj.weight)),
+                             (h.gate_proj.weight, gate_up[:c.intermediate_size]),
+                             (h.up_proj.weight, gate_up[c.intermediate_size:]),
+                             (h.down_proj.weight, weights(mlp.down_proj.weight)),
+                             (h.input_norm, weights(layer.input_layernorm.weight)),
+                             (h.post_norm, weights(layer.post_attention_layernorm.weight))):
+            if param.shape != value.shape:
+                raise ValueError(f"the target's layer {index} does not fit the head: {tuple(value.shape)} for "
+                                 f"{tuple(param.shape)}")
+            param.copy_(value)
 
 
 def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, temperature: float,
@@ -340,6 +364,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--draft-vocab", type=int, default=4096)
     ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--init-layer", type=int, default=None, help="start the head's layer from this layer of the "
+                                                                 "target (-1: its last), not at random")
+    ap.add_argument("--feature-weight", type=float, default=1.0, help="of the feature loss beside the token's")
     ap.add_argument("--unroll", type=int, default=4, help="chained guesses trained per pair (training-time test)")
     ap.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's "
                                                              "features in training (their RMS is about 2)")
@@ -381,8 +408,10 @@ def main() -> None:
     print(f"[draft] {sum(len(s.tokens) for s in train_data)} training positions from {len(train_data)} answers in "
           f"{gen_wall:.0f} s wall, {gen_cpu:.0f} CPU s", flush=True)
     head = new_head(engine, train_data, args.draft_vocab, args.window, device=args.device)
+    if args.init_layer is not None:
+        init_from_target_layer(head, engine, args.init_layer)
     losses = train(head, train_data, args.steps, lr=args.lr, batch_size=args.batch, noise=args.noise,
-                   unroll=args.unroll)
+                   unroll=args.unroll, feature_weight=args.feature_weight)
     print(f"[draft] loss {sum(losses[:20]) / 20:.3f} -> {sum(losses[-20:]) / 20:.3f} in "
           f"{time.perf_counter() - wall - gen_wall:.0f} s wall, {time.process_time() - cpu - gen_cpu:.0f} CPU s; "
           f"teacher-forced first-guess accuracy on the answers: train {accuracy(head, train_data[:60]):.3f}, "
