@@ -11,6 +11,8 @@ bench, report, peers, micro-benchmarks, the online client) is the course's and i
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import math
 import os
@@ -1110,6 +1112,48 @@ def test_cpu_decode_kernel_is_the_torch_backends_decode_on_a_cpu():
     finally:
         cpu_attention.paged_decode_attention, cpu_attention.ENABLED = kernel, True
     assert_close(out, torch_path, 1e-5, "kernel against the torch path", row="request")
+
+
+@pytest.mark.parametrize("dtype,bound", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_short_extend_rows_attend_through_the_cpu_kernel_like_the_sdpa_loop(dtype, bound):
+    """Requests adding a few tokens each (a verify batch adds k + 1; a short prompt or chunk too) run as decode rows
+    through the kernel: each new token sees its request's cached prefix and the new tokens up to itself. The result
+    is the per-request SDPA loop's; a longer extend keeps that loop."""
+    from minisgl.attention.base import BaseAttnMetadata
+    from minisgl.attention.torch_backend import FEW_NEW_TOKENS, TorchAttnBackend
+
+    cpu_attention = _cpu_attention()
+    lengths, new = [9, 30, 5, 12], [5, 5, 5, 1]  # attended lengths; the last new tokens of each (cached = rest)
+    _, k_cache, v_cache, page_table, rows, lens = _paged_problem(lengths, (4, 2), 32, dtype, seed=3)
+    q = torch.randn(sum(new), 4, 32, generator=torch.Generator().manual_seed(4)).to(dtype)
+    cu = torch.tensor([0, *itertools.accumulate(new)], dtype=torch.int32)
+    meta = BaseAttnMetadata(cu_seqlens_q=cu, cu_seqlens_k=torch.zeros(5), seq_lens=lens,
+                            cached_lens=lens - torch.tensor(new, dtype=torch.int32), table_idx=rows,
+                            max_seqlen_q=max(new), max_seqlen_k=max(lengths))
+    backend = TorchAttnBackend(None, page_table)
+    calls = []
+    kernel = cpu_attention.paged_decode_attention
+    try:
+        cpu_attention.paged_decode_attention = lambda *args: calls.append(1) or kernel(*args)
+        out = backend.forward_extend(q, k_cache, v_cache, meta, 32**-0.5)
+        assert calls, f"requests adding at most {FEW_NEW_TOKENS} tokens go through the kernel on a CPU"
+        cpu_attention.ENABLED = False
+        loop = backend.forward_extend(q, k_cache, v_cache, meta, 32**-0.5)
+    finally:
+        cpu_attention.paged_decode_attention, cpu_attention.ENABLED = kernel, True
+    assert out.shape == q.shape and out.dtype == dtype, f"{tuple(out.shape)} {out.dtype} for q {tuple(q.shape)}"
+    for i in range(len(new)):
+        for j in range(new[i]):
+            t = int(cu[i]) + j
+            assert_close(out[t].float(), loop[t].float(), bound,
+                         f"{dtype}: request {i}'s new token {j} of {new[i]} ({lengths[i] - new[i]} cached)", row="head")
+    calls.clear()
+    try:
+        cpu_attention.paged_decode_attention = lambda *args: calls.append(1) or kernel(*args)
+        backend.forward_extend(q, k_cache, v_cache, dataclasses.replace(meta, max_seqlen_q=FEW_NEW_TOKENS + 1), 32**-0.5)
+    finally:
+        cpu_attention.paged_decode_attention = kernel
+    assert not calls, f"an extend of more than {FEW_NEW_TOKENS} tokens a request keeps the SDPA loop"
 
 
 def test_cpu_decode_kernel_refuses_what_it_cannot_read():

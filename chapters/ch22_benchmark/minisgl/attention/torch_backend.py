@@ -26,6 +26,11 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
 
 
+# An extend batch whose requests add at most this many tokens each (chapter 26's verify rows add k + 1) runs as
+# decode rows through the CPU kernel: a loop of per-request SDPA calls costs more than the attention at this size.
+FEW_NEW_TOKENS = 8
+
+
 class TorchAttnBackend(BaseAttnBackend):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
@@ -38,6 +43,8 @@ class TorchAttnBackend(BaseAttnBackend):
     def forward_extend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        meta: BaseAttnMetadata, scale: float) -> torch.Tensor:
         """Prefill: request i's new tokens attend to its cached prefix and causally to each other."""
+        if meta.max_seqlen_q <= FEW_NEW_TOKENS and cpu_attention.applies(q, k_cache):
+            return self.extend_as_decode_rows(q, k_cache, v_cache, meta, scale)
         outputs = []
         for i in range(len(meta.seq_lens)):
             q_i = q[meta.cu_seqlens_q[i] : meta.cu_seqlens_q[i + 1]]  # [n, Hq, D]
@@ -50,6 +57,19 @@ class TorchAttnBackend(BaseAttnBackend):
             out = _attend(q_i.transpose(0, 1), k_i.transpose(0, 1), v_i.transpose(0, 1), mask, scale)
             outputs.append(out.transpose(0, 1))
         return torch.cat(outputs)
+
+    def extend_as_decode_rows(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              meta: BaseAttnMetadata, scale: float) -> torch.Tensor:
+        """The same causal attention, one decode row per new token: new token j of request i attends to the first
+        cached_i + j + 1 slots of its page-table row (its KV is stored already), in one call of the CPU kernel."""
+        new = (meta.seq_lens - meta.cached_lens).long()
+        request = torch.repeat_interleave(torch.arange(len(new)), new)  # of each new token, in q's row order
+        position = torch.arange(len(request)) - meta.cu_seqlens_q[:-1].long()[request]  # among its request's new
+        lens = meta.cached_lens.long()[request] + position + 1
+        if len(request) != q.shape[0]:
+            raise ValueError(f"{q.shape[0]} query rows for {len(request)} new tokens in the metadata")
+        return cpu_attention.paged_decode_attention(q, k_cache, v_cache, self.page_table, meta.table_idx[request],
+                                                    lens, meta.max_seqlen_k, scale)
 
     def forward_decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        meta: BaseAttnMetadata, scale: float) -> torch.Tensor:
