@@ -1150,7 +1150,8 @@ def test_short_extend_rows_attend_through_the_cpu_kernel_like_the_sdpa_loop(dtyp
     calls.clear()
     try:
         cpu_attention.paged_decode_attention = lambda *args: calls.append(1) or kernel(*args)
-        backend.forward_extend(q, k_cache, v_cache, dataclasses.replace(meta, max_seqlen_q=FEW_NEW_TOKENS + 1), 32**-0.5)
+        longer = dataclasses.replace(meta, max_seqlen_q=FEW_NEW_TOKENS + 1)
+        backend.forward_extend(q, k_cache, v_cache, longer, 32**-0.5)
     finally:
         cpu_attention.paged_decode_attention = kernel
     assert not calls, f"an extend of more than {FEW_NEW_TOKENS} tokens a request keeps the SDPA loop"

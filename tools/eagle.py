@@ -288,7 +288,8 @@ def acceptance(model: Path, head: Path, prompt_ids: list[list[int]], k: int, tem
     from minisgl.spec import SpecConfig
 
     llm = LLM(str(model), max_running_reqs=len(prompt_ids), max_seq_len=max(map(len, prompt_ids)) + max_new + k + 1,
-              cpu_kv_cache_mb=1024, seed=seed, device=device, speculative=SpecConfig("eagle", k, draft_model_path=head, backoff=False))
+              cpu_kv_cache_mb=1024, seed=seed, device=device,
+              speculative=SpecConfig("eagle", k, draft_model_path=head, backoff=False))
     llm.generate(prompt_ids, SamplingParams(max_tokens=max_new, temperature=temperature))
     stats = llm.scheduler.speculation.stats
     return {"temperature": temperature, "k": k, "verify_steps": stats.verify_steps, "proposed": stats.proposed,

@@ -2,7 +2,8 @@
 
 A rank that raises sends its exception (and traceback) to the parent before it exits, so the parent raises the
 same error the rank hit. A rank that dies without a word (killed) is reported by its exit code. When one rank fails,
-its peers usually fail a moment later in a collective it left; the parent raises the first rank's own error.
+its peers usually fail a moment later in a collective it left; the parent raises the failed rank's own error,
+not the broken collectives its peers report.
 """
 
 from __future__ import annotations

@@ -32,10 +32,16 @@ class SpecStats:
     before it was, so the kept share falls with j (how far ahead a proposer can guess)."""
 
     verify_steps: int = 0
-    proposed: int = 0
-    accepted: int = 0
     proposed_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
+
+    @property
+    def proposed(self) -> int:
+        return sum(self.proposed_at)
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_at)
 
     @property
     def acceptance_rate(self) -> float:
@@ -48,8 +54,6 @@ class SpecStats:
         for at in (self.proposed_at, self.accepted_at):
             at.extend([0] * (width - len(at)))
         for draft, n in zip(drafts, accepted):
-            self.proposed += len(draft)
-            self.accepted += n
             for j in range(len(draft)):
                 self.proposed_at[j] += 1
                 self.accepted_at[j] += j < n
